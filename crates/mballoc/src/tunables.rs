@@ -1,0 +1,164 @@
+//! The allocator's knobs, with the kernel's sysfs names and defaults.
+//!
+//! [`Tunables`] is a plain value; the allocator keeps it in relaxed atomics so
+//! a knob can be changed while allocations run (as through sysfs) without any
+//! lock on the allocation path.
+
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Whether scans use the order indexes (`mb_optimize_scan` mount option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OptimizeScan {
+    /// The kernel's default: on iff the volume has at least 16 groups
+    /// (`MB_DEFAULT_LINEAR_SCAN_THRESHOLD`).
+    #[default]
+    Auto,
+    /// Always use the indexes for the cheap passes.
+    On,
+    /// Linear scans from the goal in every pass (pre-5.13 behaviour).
+    Off,
+}
+
+/// Allocator tunables. Field names are the kernel's sysfs attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunables {
+    /// `mb_stats`: collect per-request statistics (kernel default 0).
+    pub mb_stats: bool,
+    /// `mb_max_to_scan`: extents measured before the scan gives up and takes
+    /// the best so far (200).
+    pub mb_max_to_scan: u32,
+    /// `mb_min_to_scan`: extents measured before a larger-than-needed
+    /// candidate is accepted (10).
+    pub mb_min_to_scan: u32,
+    /// `mb_order2_req`: power-of-two requests of at least `2^(n-1)` blocks use
+    /// the buddy search of CR_POWER2_ALIGNED (2).
+    pub mb_order2_req: u32,
+    /// `mb_stream_req`: files larger than this many blocks use per-file
+    /// preallocation and stream goals (16). Used by the file layer.
+    pub mb_stream_req: u32,
+    /// `mb_group_prealloc`: locality-group window in blocks (512). Used by the
+    /// file layer; at most one group.
+    pub mb_group_prealloc: u32,
+    /// `mb_max_linear_groups`: groups tried linearly before the index lookups
+    /// (0 on non-rotational devices, 4 on rotational ones).
+    pub mb_max_linear_groups: u32,
+    /// `mb_best_avail_max_trim_order`: how many orders CR_BEST_AVAIL_LEN may
+    /// trim the goal length by (3).
+    pub mb_best_avail_max_trim_order: u32,
+    /// `mb_optimize_scan` mount option.
+    pub mb_optimize_scan: OptimizeScan,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            mb_stats: false,
+            mb_max_to_scan: 200,
+            mb_min_to_scan: 10,
+            mb_order2_req: 2,
+            mb_stream_req: 16,
+            mb_group_prealloc: 512,
+            mb_max_linear_groups: 0,
+            mb_best_avail_max_trim_order: 3,
+            mb_optimize_scan: OptimizeScan::Auto,
+        }
+    }
+}
+
+impl Tunables {
+    /// Defaults with statistics on (what the lab and the benchmarks use).
+    pub fn with_stats() -> Self {
+        Tunables { mb_stats: true, ..Tunables::default() }
+    }
+
+    /// Check every knob against the bounds the kernel enforces.
+    pub fn validate(&self, blocks_per_group: u32) -> Result<()> {
+        if self.mb_group_prealloc > blocks_per_group {
+            return Err(Error::InvalidTunable {
+                name: "mb_group_prealloc",
+                value: self.mb_group_prealloc.into(),
+                reason: "larger than a group",
+            });
+        }
+        if self.mb_best_avail_max_trim_order > i32::MAX as u32 {
+            return Err(Error::InvalidTunable {
+                name: "mb_best_avail_max_trim_order",
+                value: self.mb_best_avail_max_trim_order.into(),
+                reason: "must fit a positive int",
+            });
+        }
+        if self.mb_max_to_scan == 0 {
+            return Err(Error::InvalidTunable { name: "mb_max_to_scan", value: 0, reason: "must be at least 1" });
+        }
+        Ok(())
+    }
+}
+
+/// Tunables in atomics: snapshot per request, store from any thread.
+pub(crate) struct AtomicTunables {
+    fields: [AtomicU32; 9],
+}
+
+impl AtomicTunables {
+    pub(crate) fn new(t: Tunables) -> Self {
+        let a = AtomicTunables { fields: Default::default() };
+        a.store(t);
+        a
+    }
+
+    pub(crate) fn store(&self, t: Tunables) {
+        let scan = match t.mb_optimize_scan {
+            OptimizeScan::Auto => 0,
+            OptimizeScan::On => 1,
+            OptimizeScan::Off => 2,
+        };
+        let v = [
+            t.mb_stats as u32,
+            t.mb_max_to_scan,
+            t.mb_min_to_scan,
+            t.mb_order2_req,
+            t.mb_stream_req,
+            t.mb_group_prealloc,
+            t.mb_max_linear_groups,
+            t.mb_best_avail_max_trim_order,
+            scan,
+        ];
+        for (f, v) in self.fields.iter().zip(v) {
+            f.store(v, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn load(&self) -> Tunables {
+        let f = |i: usize| self.fields[i].load(Ordering::Relaxed);
+        Tunables {
+            mb_stats: f(0) != 0,
+            mb_max_to_scan: f(1),
+            mb_min_to_scan: f(2),
+            mb_order2_req: f(3),
+            mb_stream_req: f(4),
+            mb_group_prealloc: f(5),
+            mb_max_linear_groups: f(6),
+            mb_best_avail_max_trim_order: f(7),
+            mb_optimize_scan: match f(8) {
+                1 => OptimizeScan::On,
+                2 => OptimizeScan::Off,
+                _ => OptimizeScan::Auto,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_validates() {
+        let t = Tunables { mb_optimize_scan: OptimizeScan::Off, mb_max_to_scan: 7, ..Tunables::with_stats() };
+        assert_eq!(AtomicTunables::new(t).load(), t);
+        assert!(Tunables { mb_group_prealloc: 40000, ..t }.validate(32768).is_err());
+        assert!(Tunables { mb_max_to_scan: 0, ..t }.validate(32768).is_err());
+        assert!(t.validate(32768).is_ok());
+    }
+}

@@ -1,0 +1,102 @@
+//! Each pass is reachable: for each, a free-space shape where that pass, and
+//! not an earlier one, satisfies the request; the per-pass hit and
+//! useless-loop counters say so.
+
+use mballoc::{AllocRequest, Allocator, Criterion, FoundBy, Geometry, OptimizeScan, Tunables};
+
+const BPG: u32 = 1024;
+const GROUPS: u64 = 16;
+
+/// 16 groups of 1024 blocks, optimize-scan on, stats on; every group full
+/// except the runs `free(g)` returns.
+fn shaped(free: impl Fn(u32) -> Vec<(u32, u32)>) -> Allocator {
+    let geo = Geometry::with_group_size(4096, BPG, GROUPS * u64::from(BPG)).unwrap();
+    let t = Tunables { mb_optimize_scan: OptimizeScan::On, ..Tunables::with_stats() };
+    let a = Allocator::builder(geo).tunables(t).build().unwrap();
+    a.claim(0, GROUPS * u64::from(BPG)).unwrap();
+    for g in 0..GROUPS as u32 {
+        for (s, l) in free(g) {
+            a.free(geo.group_first_block(g) + u64::from(s), l.into()).unwrap();
+        }
+    }
+    a.reset_stats();
+    a
+}
+
+fn expect_pass(a: &Allocator, req: AllocRequest, cr: Criterion, len: u32) {
+    let got = a.allocate(&req).unwrap();
+    assert_eq!(got.found_by, FoundBy::Pass(cr), "{req:?} -> {got:?}");
+    assert_eq!(got.extent.len, len);
+    let s = a.stats();
+    for c in Criterion::ALL {
+        let hits = s.cr_hits[c.index()];
+        assert_eq!(hits, u64::from(c == cr), "hits of {c:?}");
+        if c < cr && !(c == Criterion::BestAvailLen && req.min_len.is_none()) {
+            assert!(s.cr_useless_loops[c.index()] >= 1, "{c:?} should have failed first");
+        }
+    }
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn power2_aligned() {
+    let a = shaped(|_| vec![(0, BPG)]);
+    expect_pass(&a, AllocRequest::new(8), Criterion::PowerOf2Aligned, 8);
+    assert_eq!(a.stats().two_n_hits, 1);
+}
+
+#[test]
+fn goal_len_fast() {
+    // Runs of 14 at 16k+1: no aligned 8-block chunk, but the average
+    // fragment (14) covers a request of 8.
+    let a = shaped(|_| (0..BPG / 16).map(|k| (16 * k + 1, 14)).collect());
+    expect_pass(&a, AllocRequest::new(8), Criterion::GoalLenFast, 8);
+}
+
+#[test]
+fn best_avail_len() {
+    // Runs of 40: nothing of 64, average 40; trimmed to 32 it fits.
+    let a = shaped(|_| (0..BPG / 64).map(|k| (64 * k + 3, 40)).collect());
+    expect_pass(&a, AllocRequest::new(64).min_len(8), Criterion::BestAvailLen, 32);
+}
+
+#[test]
+fn goal_len_slow() {
+    // One unaligned run of 64 in group 5 among single-block holes: no
+    // aligned 64 chunk, average far below 64, but 64 free in one run.
+    let a = shaped(|g| {
+        if g != 5 {
+            return vec![];
+        }
+        let mut v = vec![(100, 64)];
+        v.extend((0..24).map(|j| (4 * j + 2, 1)));
+        v.extend((0..50).map(|j| (200 + 4 * j, 1)));
+        v
+    });
+    expect_pass(&a, AllocRequest::new(64), Criterion::GoalLenSlow, 64);
+}
+
+#[test]
+fn any_free() {
+    // Thirty single free blocks in all: no group has 64 free.
+    let a = shaped(|g| if g == 9 { (0..30).map(|j| (10 * j + 5, 1)).collect() } else { vec![] });
+    let got = a.allocate(&AllocRequest::new(64)).unwrap();
+    assert_eq!(got.found_by, FoundBy::Pass(Criterion::AnyFree));
+    assert_eq!(got.extent.len, 1);
+    assert_eq!(a.stats().cr_hits, [0, 0, 0, 0, 1]);
+    // With a minimum nothing can meet, it is NoSpace and nothing changes.
+    let before = a.free_blocks();
+    assert!(matches!(a.allocate(&AllocRequest::new(64).min_len(2)), Err(mballoc::Error::NoSpace { .. })));
+    assert_eq!(a.free_blocks(), before);
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn linear_scan_reaches_the_same_passes() {
+    // With optimize-scan off the cheap passes scan linearly from the goal.
+    let a = shaped(|_| (0..BPG / 16).map(|k| (16 * k + 1, 14)).collect());
+    a.set_tunables(Tunables { mb_optimize_scan: OptimizeScan::Off, ..a.tunables() }).unwrap();
+    let got = a.allocate(&AllocRequest::new(8).goal(7 * u64::from(BPG))).unwrap();
+    assert_eq!(got.found_by, FoundBy::Pass(Criterion::GoalLenFast));
+    assert_eq!(got.extent.start, 7 * u64::from(BPG) + 1, "linear scan starts at the goal group");
+}
