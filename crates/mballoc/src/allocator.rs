@@ -1050,8 +1050,8 @@ impl Allocator {
         }
         let slot = self.groups.slot(g);
         let mut guard = slot.lock.lock();
-        let before = guard.as_deref().unwrap_or_else(|| self.groups.template(g)).info().free;
-        let old = orders(guard.as_deref().unwrap_or_else(|| self.groups.template(g)).info());
+        let current = *guard.as_deref().unwrap_or_else(|| self.groups.template(g)).info();
+        let (before, old) = (current.free, orders(&current));
         let after = fresh.info().free;
         *guard = Some(Box::new(fresh));
         let info = *guard.as_deref().expect("just set").info();
