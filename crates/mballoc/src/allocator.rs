@@ -474,6 +474,11 @@ impl Allocator {
         }
     }
 
+    /// The locked group's buddy, or its template while it is untouched.
+    fn current<'g>(&'g self, guard: &'g Guard<'_>, g: u32) -> &'g Buddy {
+        guard.as_deref().unwrap_or_else(|| self.groups.template(g))
+    }
+
     fn materialize<'g>(&self, guard: &'g mut Guard<'_>, g: u32) -> &'g mut Buddy {
         if guard.is_none() {
             let t0 = Instant::now();
@@ -984,7 +989,7 @@ impl Allocator {
         // either the whole range changes or nothing does.
         let mut guards: Vec<Guard<'_>> = parts.iter().map(|&(g, _, _)| self.groups.slot(g).lock.lock()).collect();
         for (guard, &(g, off, n)) in guards.iter().zip(&parts) {
-            let buddy = guard.as_deref().unwrap_or_else(|| self.groups.template(g));
+            let buddy = self.current(guard, g);
             let base = self.geo.group_first_block(g);
             match op {
                 RangeOp::Free => {
@@ -1050,13 +1055,11 @@ impl Allocator {
         }
         let slot = self.groups.slot(g);
         let mut guard = slot.lock.lock();
-        let current = *guard.as_deref().unwrap_or_else(|| self.groups.template(g)).info();
-        let (before, old) = (current.free, orders(&current));
-        let after = fresh.info().free;
+        let current = *self.current(&guard, g).info();
+        let info = *fresh.info();
         *guard = Some(Box::new(fresh));
-        let info = *guard.as_deref().expect("just set").info();
-        self.after_change(g, slot, old, &info);
-        self.stats.shard().free_delta.fetch_add(i64::from(after) - i64::from(before), Ordering::Relaxed);
+        self.after_change(g, slot, orders(&current), &info);
+        self.stats.shard().free_delta.fetch_add(i64::from(info.free) - i64::from(current.free), Ordering::Relaxed);
         let sh = self.stats.shard();
         sh.buddies_generated.fetch_add(1, Ordering::Relaxed);
         sh.buddies_time_used.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
