@@ -73,6 +73,11 @@ pub struct AllocRequest {
     /// Stream key (e.g. an inode number): the scan starts at that stream's
     /// goal group and moves it to wherever this request lands.
     pub stream: Option<u64>,
+    /// The caller's own need inside a larger (normalized) `len`: the kernel's
+    /// original request length. CR_BEST_AVAIL_LEN never trims the goal below
+    /// it, and the `success` statistic counts answers that cover it. Unlike
+    /// `min_len` it is not a floor. Defaults to `min_len`, else `len`.
+    pub original_len: Option<u32>,
 }
 
 impl AllocRequest {
@@ -85,6 +90,7 @@ impl AllocRequest {
             goal_policy: GoalPolicy::Hint,
             kind: AllocKind::Data,
             stream: None,
+            original_len: None,
         }
     }
     /// Start scanning at `goal`'s group.
@@ -113,6 +119,12 @@ impl AllocRequest {
     /// Use stream goal `key`.
     pub fn stream(mut self, key: u64) -> Self {
         self.stream = Some(key);
+        self
+    }
+    /// The caller needs only `len` of the blocks asked for (see
+    /// [`AllocRequest::original_len`]).
+    pub fn original_len(mut self, len: u32) -> Self {
+        self.original_len = Some(len);
         self
     }
     /// Mark as a metadata request.
@@ -513,10 +525,10 @@ impl Allocator {
     }
 
     fn validate(&self, req: &AllocRequest) -> Result<()> {
-        if req.len == 0 || req.min_len == Some(0) {
+        if req.len == 0 || req.min_len == Some(0) || req.original_len == Some(0) {
             return Err(Error::ZeroLength);
         }
-        if let Some(m) = req.min_len {
+        for m in [req.min_len, req.original_len].into_iter().flatten() {
             if m > req.len {
                 return Err(Error::MinExceedsLen { min_len: m, len: req.len });
             }
@@ -547,7 +559,7 @@ impl Allocator {
             goal_len: req.len,
             orig_goal_len: req.len,
             min_len: req.min_len.unwrap_or(1),
-            orig_len: req.min_len.unwrap_or(req.len),
+            orig_len: req.original_len.or(req.min_len).unwrap_or(req.len),
             goal_block: req.goal,
             policy: req.goal_policy,
             stream: req.stream,

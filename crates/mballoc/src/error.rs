@@ -22,7 +22,7 @@ pub enum Error {
     #[error("request of {len} blocks is larger than a group ({blocks_per_group} blocks)")]
     RequestTooLarge { len: u64, blocks_per_group: u32 },
 
-    /// `min_len` larger than `len`.
+    /// `min_len` or `original_len` larger than `len`.
     #[error("minimum length {min_len} exceeds requested length {len}")]
     MinExceedsLen { min_len: u32, len: u32 },
 

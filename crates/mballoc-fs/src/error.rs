@@ -1,0 +1,48 @@
+//! Typed errors. A call that returns an error has changed nothing.
+
+use crate::FileId;
+use thiserror::Error;
+
+/// What went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FsError {
+    /// No file with this id was ever created.
+    #[error("file {0:?} does not exist")]
+    UnknownFile(FileId),
+
+    /// The file was unlinked.
+    #[error("file {0:?} was unlinked")]
+    Unlinked(FileId),
+
+    /// The operation needs an open handle and the file has none.
+    #[error("file {0:?} is not open")]
+    NotOpen(FileId),
+
+    /// A byte range that ends past the largest file size, or overflows.
+    #[error("range at byte {offset} of {len} bytes passes the maximum file size of {max} bytes")]
+    FileTooLarge { offset: u64, len: u64, max: u64 },
+
+    /// A zero-length range where one is not allowed (`fallocate`, `punch`).
+    #[error("zero-length range")]
+    ZeroLength,
+
+    /// Not enough free space, counting preallocations that could be
+    /// discarded and blocks that are already reserved for dirty data.
+    #[error("no space: {needed} blocks needed, {available} available")]
+    NoSpace { needed: u64, available: u64 },
+
+    /// A block freed twice within pending transactions.
+    #[error("block {block} is already waiting to be freed")]
+    AlreadyPendingFree { block: u64 },
+
+    /// A configuration the file layer cannot use.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// The allocator rejected something.
+    #[error(transparent)]
+    Alloc(#[from] mballoc::Error),
+}
+
+/// Shorthand used across the crate.
+pub type Result<T> = std::result::Result<T, FsError>;

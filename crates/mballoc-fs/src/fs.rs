@@ -1,0 +1,1052 @@
+//! The file system engine: files, their operations, and the allocation path.
+
+use crate::error::{FsError, Result};
+use crate::extent_map::{ExtentMap, ExtentState, MappedExtent, MAX_UNWRITTEN_LEN};
+use crate::journal::{Journal, JournalStats};
+use crate::normalize::{
+    placement, window, Neighbours, Normalization, Placement, RequestShape, WindowGeometry, MAX_LOGICAL_BLOCKS,
+};
+use crate::prealloc::{GroupPa, InodePas, LocalityGroup};
+use crate::ranges::RangeSet;
+use crate::space::Space;
+use mballoc::{AllocRequest, Allocator, Geometry, Tunables};
+use parking_lot::{Mutex, RwLock};
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A file's number (its inode number). Numbers are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId(pub u64);
+
+/// First inode number handed to a file (ext4's first non-reserved inode
+/// after `lost+found`).
+const FIRST_INO: u64 = 12;
+
+/// What `fallocate` does to the file size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FallocateMode {
+    /// Grow the size to cover the range.
+    #[default]
+    ExtendSize,
+    /// Leave the size alone (`FALLOC_FL_KEEP_SIZE`).
+    KeepSize,
+}
+
+/// How a FIEMAP-style extent is backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FiemapKind {
+    /// Allocated and written.
+    Written,
+    /// Allocated, reads as zeroes (`FIEMAP_EXTENT_UNWRITTEN`).
+    Unwritten,
+    /// Dirty data without blocks yet (`FIEMAP_EXTENT_DELALLOC`).
+    Delayed,
+}
+
+/// One extent as FIEMAP would report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FiemapExtent {
+    /// First logical block.
+    pub logical: u64,
+    /// First physical block; `None` for delayed data.
+    pub physical: Option<u64>,
+    /// Blocks.
+    pub len: u64,
+    /// Written, unwritten or delayed.
+    pub kind: FiemapKind,
+}
+
+/// How the engine is set up.
+#[derive(Debug, Clone)]
+pub struct FsConfig {
+    /// The volume's shape.
+    pub geometry: Geometry,
+    /// Allocator knobs; `mb_stream_req` and `mb_group_prealloc` steer this layer.
+    pub tunables: Tunables,
+    /// Window sizes for stream requests.
+    pub normalization: Normalization,
+    /// Inodes per group: a file's home group is its inode's group, as in
+    /// ext4 (default: one inode per 16 KiB, mke2fs's default ratio).
+    pub inodes_per_group: u32,
+    /// Locality groups (one per CPU in the kernel).
+    pub locality_groups: usize,
+    /// Dirty blocks (delayed or written-into-unwritten) that start background
+    /// writeback, oldest file first, down to half of it. `u64::MAX` turns it off.
+    pub dirty_limit_blocks: u64,
+    /// Operations between automatic commits (the journal timer); 0 = only
+    /// on fsync, sync or explicit commit.
+    pub commit_interval_ops: u64,
+    /// Extra metadata ranges `(start, len)` never allocated.
+    pub reserved: Vec<(u64, u64)>,
+    /// Stream goals (default `min(CPUs, groups / 4)`).
+    pub stream_goals: Option<u32>,
+}
+
+impl FsConfig {
+    /// Defaults for a volume of this shape.
+    pub fn new(geometry: Geometry) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let ipg = (u64::from(geometry.blocks_per_group()) * u64::from(geometry.block_size()) / 16384).max(1);
+        FsConfig {
+            geometry,
+            tunables: Tunables::default(),
+            normalization: Normalization::KernelWindows,
+            inodes_per_group: ipg.min(u64::from(u32::MAX)) as u32,
+            locality_groups: cpus,
+            dirty_limit_blocks: (geometry.total_blocks() / 10).clamp(256, 1 << 18),
+            commit_interval_ops: 1000,
+            reserved: Vec::new(),
+            stream_goals: None,
+        }
+    }
+}
+
+/// Counters of the file layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsStats {
+    /// Requests passed to the allocator.
+    pub alloc_requests: u64,
+    /// Requests served from a file's own preallocation.
+    pub inode_pa_hits: u64,
+    /// Requests served from a locality group.
+    pub group_pa_hits: u64,
+    /// Inode preallocations created.
+    pub inode_pas_created: u64,
+    /// Locality-group runs created.
+    pub group_pas_created: u64,
+    /// Blocks put into preallocations.
+    pub preallocated: u64,
+    /// Unused preallocated blocks given back.
+    pub discarded: u64,
+    /// Contiguous dirty runs written back.
+    pub writeback_runs: u64,
+    /// Times allocation pressure discarded every preallocation and committed.
+    pub reclaims: u64,
+    /// Transactions committed, pending records and merges.
+    pub journal: JournalStats,
+}
+
+#[derive(Default)]
+struct Counters {
+    alloc_requests: AtomicU64,
+    inode_pa_hits: AtomicU64,
+    group_pa_hits: AtomicU64,
+    inode_pas_created: AtomicU64,
+    group_pas_created: AtomicU64,
+    preallocated: AtomicU64,
+    discarded: AtomicU64,
+    writeback_runs: AtomicU64,
+    reclaims: AtomicU64,
+}
+
+fn inc(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+struct Inode {
+    id: u64,
+    size: u64,
+    map: ExtentMap,
+    delayed: RangeSet,
+    dirty_unwritten: RangeSet,
+    open: u32,
+    home_group: u32,
+    on_dirty_list: bool,
+    unlinked: bool,
+}
+
+struct FileNode {
+    inode: Mutex<Inode>,
+    /// Separate from the inode lock so that pressure discards can take a
+    /// file's preallocations while another thread holds that file.
+    pas: Mutex<InodePas>,
+}
+
+/// The file system engine. Every method takes `&self`; files are locked one
+/// at a time, so the engine can be shared between threads.
+///
+/// ```
+/// use mballoc::Geometry;
+/// use mballoc_fs::{Fs, FsConfig};
+///
+/// let fs = Fs::new(FsConfig::new(Geometry::new(4096, 1 << 18)?))?;
+/// let f = fs.create()?;
+/// fs.write(f, 0, 12 << 20)?; // 12 MiB, delayed: no blocks yet
+/// fs.fsync(f)?;              // one allocation for the whole run
+/// assert_eq!(fs.extents(f)?.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Fs {
+    alloc: Allocator,
+    cfg: FsConfig,
+    block_bits: u32,
+    files: RwLock<HashMap<u64, Arc<FileNode>>>,
+    next_ino: AtomicU64,
+    lgs: Vec<Mutex<LocalityGroup>>,
+    journal: Journal,
+    space: Space,
+    pa_free: AtomicU64,
+    dirty: AtomicU64,
+    dirty_files: Mutex<VecDeque<u64>>,
+    ops: AtomicU64,
+    metadata_blocks: u64,
+    counters: Counters,
+}
+
+static NEXT_CPU: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static CPU: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The calling thread's CPU slot: threads are numbered in order of first use.
+fn cpu_slot() -> usize {
+    CPU.with(|c| {
+        c.get().unwrap_or_else(|| {
+            let n = NEXT_CPU.fetch_add(1, Ordering::Relaxed);
+            c.set(Some(n));
+            n
+        })
+    })
+}
+
+/// Whether requests may grow into preallocation windows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Normalize {
+    Yes,
+    No,
+}
+
+impl Fs {
+    /// Build an engine on an empty volume.
+    pub fn new(cfg: FsConfig) -> Result<Fs> {
+        if cfg.locality_groups == 0 {
+            return Err(FsError::InvalidConfig("at least one locality group is needed".into()));
+        }
+        if cfg.inodes_per_group == 0 {
+            return Err(FsError::InvalidConfig("inodes_per_group must be positive".into()));
+        }
+        if let Normalization::Table(t) = &cfg.normalization {
+            if t.largest() > cfg.geometry.blocks_per_group() {
+                return Err(FsError::InvalidConfig(format!(
+                    "prealloc_table entry {} exceeds the group size {}",
+                    t.largest(),
+                    cfg.geometry.blocks_per_group()
+                )));
+            }
+        }
+        let mut b = Allocator::builder(cfg.geometry).tunables(cfg.tunables);
+        for &(s, l) in &cfg.reserved {
+            b = b.reserve(s, l);
+        }
+        if let Some(n) = cfg.stream_goals {
+            b = b.stream_goals(n);
+        }
+        let alloc = b.build()?;
+        let free = alloc.free_blocks();
+        Ok(Fs {
+            block_bits: cfg.geometry.block_size().trailing_zeros(),
+            metadata_blocks: cfg.geometry.total_blocks() - free,
+            lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
+            alloc,
+            cfg,
+            files: RwLock::new(HashMap::new()),
+            next_ino: AtomicU64::new(FIRST_INO),
+            journal: Journal::default(),
+            space: Space::new(free),
+            pa_free: AtomicU64::new(0),
+            dirty: AtomicU64::new(0),
+            dirty_files: Mutex::new(VecDeque::new()),
+            ops: AtomicU64::new(0),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The allocator underneath (for its statistics and reports).
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FsConfig {
+        &self.cfg
+    }
+
+    /// Block size in bytes.
+    pub fn block_size(&self) -> u64 {
+        1 << self.block_bits
+    }
+
+    /// Largest file size in bytes.
+    pub fn max_file_size(&self) -> u64 {
+        MAX_LOGICAL_BLOCKS << self.block_bits
+    }
+
+    /// Blocks that can still be promised to new data (free, counting
+    /// discardable preallocations and pending frees, minus reservations).
+    pub fn available_blocks(&self) -> u64 {
+        self.space.claimable()
+    }
+
+    /// Blocks promised to delayed data or an `fallocate` in progress.
+    pub fn reserved_blocks(&self) -> u64 {
+        self.space.reserved()
+    }
+
+    /// Unused blocks held in preallocations.
+    pub fn preallocated_blocks(&self) -> u64 {
+        self.pa_free.load(Ordering::Acquire)
+    }
+
+    /// Blocks freed by the running transaction, not yet reusable.
+    pub fn pending_free_blocks(&self) -> u64 {
+        self.journal.pending_blocks()
+    }
+
+    /// Dirty blocks waiting for writeback.
+    pub fn dirty_blocks(&self) -> u64 {
+        self.dirty.load(Ordering::Acquire)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> FsStats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FsStats {
+            alloc_requests: l(&c.alloc_requests),
+            inode_pa_hits: l(&c.inode_pa_hits),
+            group_pa_hits: l(&c.group_pa_hits),
+            inode_pas_created: l(&c.inode_pas_created),
+            group_pas_created: l(&c.group_pas_created),
+            preallocated: l(&c.preallocated),
+            discarded: l(&c.discarded),
+            writeback_runs: l(&c.writeback_runs),
+            reclaims: l(&c.reclaims),
+            journal: self.journal.stats(),
+        }
+    }
+
+    /// Ids of the files that exist, ascending.
+    pub fn files(&self) -> Vec<FileId> {
+        let mut v: Vec<FileId> = self.files.read().keys().map(|&k| FileId(k)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn node(&self, f: FileId) -> Result<Arc<FileNode>> {
+        if let Some(n) = self.files.read().get(&f.0) {
+            return Ok(n.clone());
+        }
+        if f.0 >= FIRST_INO && f.0 < self.next_ino.load(Ordering::Acquire) {
+            Err(FsError::Unlinked(f))
+        } else {
+            Err(FsError::UnknownFile(f))
+        }
+    }
+
+    /// Lock a live file.
+    fn with_inode<R>(
+        &self,
+        f: FileId,
+        need_open: bool,
+        op: impl FnOnce(&FileNode, &mut Inode) -> Result<R>,
+    ) -> Result<R> {
+        let node = self.node(f)?;
+        let mut ino = node.inode.lock();
+        if ino.unlinked {
+            return Err(FsError::Unlinked(f));
+        }
+        if need_open && ino.open == 0 {
+            return Err(FsError::NotOpen(f));
+        }
+        op(&node, &mut ino)
+    }
+
+    /// Blocks `[first, end)` touched by the byte range, after checking it.
+    fn block_range(&self, offset: u64, len: u64) -> Result<(u64, u64)> {
+        let max = self.max_file_size();
+        match offset.checked_add(len) {
+            Some(end) if end <= max => {
+                let bs = self.block_size();
+                Ok((offset >> self.block_bits, end.div_ceil(bs)))
+            }
+            _ => Err(FsError::FileTooLarge { offset, len, max }),
+        }
+    }
+
+    /// Count an operation; commit when the interval is reached.
+    fn tick(&self) {
+        let n = self.ops.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.cfg.commit_interval_ops > 0 && n % self.cfg.commit_interval_ops == 0 {
+            self.commit();
+        }
+    }
+}
+
+/// Files: create, open, close, unlink, and what FIEMAP would say.
+impl Fs {
+    /// Create an empty file, open once (like `creat`).
+    pub fn create(&self) -> Result<FileId> {
+        let id = self.next_ino.fetch_add(1, Ordering::AcqRel);
+        if id > u64::from(u32::MAX) {
+            return Err(FsError::InvalidConfig("inode numbers exhausted".into()));
+        }
+        let home_group =
+            (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(self.alloc.geometry().groups())) as u32;
+        let inode = Inode {
+            id,
+            size: 0,
+            map: ExtentMap::new(),
+            delayed: RangeSet::new(),
+            dirty_unwritten: RangeSet::new(),
+            open: 1,
+            home_group,
+            on_dirty_list: false,
+            unlinked: false,
+        };
+        let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
+        self.files.write().insert(id, node);
+        self.tick();
+        Ok(FileId(id))
+    }
+
+    /// Open another handle on `f`.
+    pub fn open(&self, f: FileId) -> Result<()> {
+        self.with_inode(f, false, |_, ino| {
+            ino.open += 1;
+            Ok(())
+        })
+    }
+
+    /// Close one handle. The last close gives back the file's unused
+    /// preallocations.
+    pub fn close(&self, f: FileId) -> Result<()> {
+        self.with_inode(f, true, |node, ino| {
+            ino.open -= 1;
+            if ino.open == 0 {
+                self.discard_inode_pas(node);
+            }
+            Ok(())
+        })
+    }
+
+    /// File size in bytes.
+    pub fn size(&self, f: FileId) -> Result<u64> {
+        self.with_inode(f, false, |_, ino| Ok(ino.size))
+    }
+
+    /// The file's allocated extents (written and unwritten), ascending.
+    pub fn extents(&self, f: FileId) -> Result<Vec<MappedExtent>> {
+        self.with_inode(f, false, |_, ino| Ok(ino.map.iter().collect()))
+    }
+
+    /// Everything FIEMAP would report: allocated extents and delayed runs,
+    /// ascending by logical block.
+    pub fn fiemap(&self, f: FileId) -> Result<Vec<FiemapExtent>> {
+        self.with_inode(f, false, |_, ino| {
+            let mut v: Vec<FiemapExtent> = ino
+                .map
+                .iter()
+                .map(|e| FiemapExtent {
+                    logical: e.logical,
+                    physical: Some(e.physical),
+                    len: e.len.into(),
+                    kind: match e.state {
+                        ExtentState::Written => FiemapKind::Written,
+                        ExtentState::Unwritten => FiemapKind::Unwritten,
+                    },
+                })
+                .chain(ino.delayed.iter().map(|(s, e)| FiemapExtent {
+                    logical: s,
+                    physical: None,
+                    len: e - s,
+                    kind: FiemapKind::Delayed,
+                }))
+                .collect();
+            v.sort_unstable_by_key(|e| e.logical);
+            Ok(v)
+        })
+    }
+
+    /// Remove the file: its delayed data is dropped, its blocks go to the
+    /// running transaction, its preallocations are given back.
+    pub fn unlink(&self, f: FileId) -> Result<()> {
+        let node = self.node(f)?;
+        let mut ino = node.inode.lock();
+        if ino.unlinked {
+            return Err(FsError::Unlinked(f));
+        }
+        ino.unlinked = true;
+        self.files.write().remove(&f.0);
+        self.cut(&node, &mut ino, 0, u64::MAX);
+        self.discard_inode_pas(&node);
+        drop(ino);
+        self.tick();
+        Ok(())
+    }
+}
+
+/// Data operations.
+impl Fs {
+    /// A buffered write of `len` bytes at `offset`. Blocks are not allocated
+    /// now: every hole the write covers is reserved (so writeback cannot run
+    /// out of space) and marked delayed. Writes into unwritten extents are
+    /// converted at writeback. Fails with NoSpace, changing nothing, when the
+    /// new delayed blocks cannot be reserved.
+    pub fn write(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        let (first, end) = self.block_range(offset, len)?;
+        self.with_inode(f, true, |_, ino| {
+            if len == 0 {
+                return Ok(());
+            }
+            let mut holes = Vec::new();
+            let mut unwritten = Vec::new();
+            let mut at = first;
+            for e in ino.map.overlapping(first, end) {
+                if e.logical > at {
+                    holes.push((at, e.logical));
+                }
+                if e.state == ExtentState::Unwritten {
+                    unwritten.push((e.logical, e.logical_end()));
+                }
+                at = e.logical_end();
+            }
+            if at < end {
+                holes.push((at, end));
+            }
+            let new: u64 = holes.iter().map(|&(s, e)| e - s - ino.delayed.count_in(s, e)).sum();
+            self.space.claim(new)?;
+            let mut dirtied = new;
+            for (s, e) in holes {
+                ino.delayed.insert(s, e);
+            }
+            for (s, e) in unwritten {
+                dirtied += ino.dirty_unwritten.insert(s, e);
+            }
+            ino.size = ino.size.max(offset + len);
+            if dirtied > 0 {
+                self.dirty.fetch_add(dirtied, Ordering::AcqRel);
+                if !ino.on_dirty_list {
+                    ino.on_dirty_list = true;
+                    self.dirty_files.lock().push_back(ino.id);
+                }
+            }
+            Ok(())
+        })?;
+        if self.dirty.load(Ordering::Acquire) > self.cfg.dirty_limit_blocks {
+            self.background_writeback();
+        }
+        self.tick();
+        Ok(())
+    }
+
+    /// Allocate unwritten blocks for every hole of the range (`fallocate`).
+    /// Delayed blocks in the range keep their reservation. All or nothing:
+    /// NoSpace when the holes cannot all be covered.
+    pub fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
+        if len == 0 {
+            return Err(FsError::ZeroLength);
+        }
+        let (first, end) = self.block_range(offset, len)?;
+        self.with_inode(f, true, |node, ino| {
+            let holes: Vec<(u64, u64)> = ino
+                .map
+                .holes(first, end)
+                .into_iter()
+                .flat_map(|(s, e)| {
+                    let mut r = RangeSet::new();
+                    r.insert(s, e);
+                    for (ds, de) in ino.delayed.overlapping(s, e) {
+                        r.remove(ds, de);
+                    }
+                    r.iter().collect::<Vec<_>>()
+                })
+                .collect();
+            let need: u64 = holes.iter().map(|(s, e)| e - s).sum();
+            self.space.claim(need)?;
+            // ext4 does not grow an fallocate that fits one extent into a
+            // preallocation window.
+            let normalize = if end - first <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
+            for (s, e) in holes {
+                self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
+            }
+            if mode == FallocateMode::ExtendSize {
+                ino.size = ino.size.max(offset + len);
+            }
+            Ok(())
+        })?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Set the size. Shrinking drops delayed data past the end, sends the
+    /// blocks past the end to the running transaction and gives back the
+    /// file's preallocations.
+    pub fn truncate(&self, f: FileId, size: u64) -> Result<()> {
+        if size > self.max_file_size() {
+            return Err(FsError::FileTooLarge { offset: size, len: 0, max: self.max_file_size() });
+        }
+        self.with_inode(f, true, |node, ino| {
+            if size < ino.size {
+                self.cut(node, ino, size.div_ceil(self.block_size()), u64::MAX);
+                self.discard_inode_pas(node);
+            }
+            ino.size = size;
+            Ok(())
+        })?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Deallocate the whole blocks inside `[offset, offset + len)`; the size
+    /// does not change.
+    pub fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Err(FsError::ZeroLength);
+        }
+        self.block_range(offset, len)?;
+        let first = offset.div_ceil(self.block_size());
+        let end = (offset + len) >> self.block_bits;
+        self.with_inode(f, true, |node, ino| {
+            if first < end {
+                self.cut(node, ino, first, end);
+            }
+            self.discard_inode_pas(node);
+            Ok(())
+        })?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Write back the file's dirty data and commit.
+    pub fn fsync(&self, f: FileId) -> Result<()> {
+        self.with_inode(f, true, |node, ino| {
+            self.flush(node, ino);
+            Ok(())
+        })?;
+        self.commit();
+        Ok(())
+    }
+
+    /// Write back one file's dirty data now (no commit).
+    pub fn writeback(&self, f: FileId) -> Result<()> {
+        self.with_inode(f, false, |node, ino| {
+            self.flush(node, ino);
+            Ok(())
+        })
+    }
+
+    /// Write back every file and commit.
+    pub fn sync(&self) {
+        for f in self.files() {
+            if let Ok(node) = self.node(f) {
+                let mut ino = node.inode.lock();
+                if !ino.unlinked {
+                    self.flush(&node, &mut ino);
+                }
+            }
+        }
+        self.commit();
+    }
+
+    /// Commit the running transaction: blocks it freed become allocatable.
+    /// Returns how many.
+    pub fn commit(&self) -> u64 {
+        self.journal.commit(&self.alloc)
+    }
+
+    /// Give back every unused preallocation (files' and locality groups').
+    pub fn discard_preallocations(&self) -> u64 {
+        let mut n = 0;
+        for lg in &self.lgs {
+            let runs = lg.lock().drain();
+            n += self.return_group_runs(&runs);
+        }
+        let nodes: Vec<Arc<FileNode>> = self.files.read().values().cloned().collect();
+        for node in nodes {
+            n += self.discard_inode_pas(&node);
+        }
+        n
+    }
+}
+
+/// Writeback and removal.
+impl Fs {
+    /// Background writeback: oldest dirty file first, down to half the limit.
+    fn background_writeback(&self) {
+        let target = self.cfg.dirty_limit_blocks / 2;
+        while self.dirty.load(Ordering::Acquire) > target {
+            let Some(id) = self.dirty_files.lock().pop_front() else { break };
+            let Some(node) = self.files.read().get(&id).cloned() else { continue };
+            let mut ino = node.inode.lock();
+            if !ino.unlinked {
+                self.flush(&node, &mut ino);
+            }
+        }
+    }
+
+    /// Allocate every delayed run (one request per contiguous run) and
+    /// convert dirty unwritten blocks.
+    fn flush(&self, node: &FileNode, ino: &mut Inode) {
+        let runs: Vec<(u64, u64)> = ino.delayed.iter().collect();
+        for &(s, e) in &runs {
+            inc(&self.counters.writeback_runs, 1);
+            ino.delayed.remove(s, e);
+            self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
+            self.dirty.fetch_sub(e - s, Ordering::AcqRel);
+        }
+        let conv: Vec<(u64, u64)> = ino.dirty_unwritten.iter().collect();
+        for (s, e) in conv {
+            ino.dirty_unwritten.remove(s, e);
+            ino.map.convert_to_written(s, e);
+            self.dirty.fetch_sub(e - s, Ordering::AcqRel);
+        }
+        ino.on_dirty_list = false;
+    }
+
+    /// Remove `[first, end)` from the file: delayed blocks are unreserved,
+    /// mapped blocks go to the running transaction.
+    fn cut(&self, _node: &FileNode, ino: &mut Inode, first: u64, end: u64) {
+        let dropped: u64 = ino.delayed.remove(first, end).iter().map(|(s, e)| e - s).sum();
+        let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
+        self.space.unclaim(dropped);
+        self.dirty.fetch_sub(dropped + undirtied, Ordering::AcqRel);
+        for piece in ino.map.remove(first, end) {
+            self.defer_free(piece.physical, u64::from(piece.len));
+            self.space.release(u64::from(piece.len));
+        }
+    }
+
+    /// Send a physical range to the running transaction, split by group.
+    fn defer_free(&self, mut start: u64, mut len: u64) {
+        let geo = self.alloc.geometry();
+        while len > 0 {
+            let g = geo.group_of(start);
+            let room = geo.group_first_block(g) + u64::from(geo.group_len(g)) - start;
+            let n = room.min(len);
+            self.journal
+                .defer_free(start, n, g)
+                .unwrap_or_else(|e| panic!("a file's block is already pending free: {e}"));
+            start += n;
+            len -= n;
+        }
+    }
+
+    /// Give back a file's unused preallocated blocks. Returns how many.
+    fn discard_inode_pas(&self, node: &FileNode) -> u64 {
+        let runs = node.pas.lock().drain();
+        let mut n = 0;
+        for (p, len) in runs {
+            self.alloc.free(p, len).unwrap_or_else(|e| panic!("discarding preallocated [{p}, +{len}): {e}"));
+            n += len;
+        }
+        self.unprealloc(n);
+        n
+    }
+
+    fn return_group_runs(&self, runs: &[GroupPa]) -> u64 {
+        let mut n = 0;
+        for r in runs {
+            self.alloc
+                .free(r.pstart, u64::from(r.free))
+                .unwrap_or_else(|e| panic!("discarding group run [{}, +{}): {e}", r.pstart, r.free));
+            n += u64::from(r.free);
+        }
+        self.unprealloc(n);
+        n
+    }
+
+    fn unprealloc(&self, n: u64) {
+        if n > 0 {
+            self.pa_free.fetch_sub(n, Ordering::AcqRel);
+            inc(&self.counters.discarded, n);
+            self.alloc.note_preallocation(0, n);
+        }
+    }
+
+    fn prealloc(&self, n: u64) {
+        self.pa_free.fetch_add(n, Ordering::AcqRel);
+        inc(&self.counters.preallocated, n);
+        self.alloc.note_preallocation(n, 0);
+    }
+}
+
+/// The allocation path (`ext4_mb_new_blocks` and its callers).
+impl Fs {
+    /// Map the hole `[start, end)`, whose blocks were promised (by a delayed
+    /// write or by the caller's claim), in as many extents as it takes.
+    fn map_range(
+        &self,
+        node: &FileNode,
+        ino: &mut Inode,
+        start: u64,
+        end: u64,
+        state: ExtentState,
+        normalize: Normalize,
+    ) {
+        let bpg = u64::from(self.alloc.geometry().blocks_per_group());
+        let mut l = start;
+        while l < end {
+            let len = (end - l).min(bpg) as u32;
+            let mut attempts = 0;
+            let (physical, got) = loop {
+                match self.allocate_one(node, ino, l, len, normalize) {
+                    Some(x) => break x,
+                    None => {
+                        // The blocks were promised, so they exist: in
+                        // preallocations or in the running transaction.
+                        attempts += 1;
+                        assert!(attempts <= 16, "no blocks for a promised range at logical {l} of inode {}", ino.id);
+                        inc(&self.counters.reclaims, 1);
+                        self.discard_preallocations();
+                        self.commit();
+                    }
+                }
+            };
+            ino.map.insert(l, physical, got, state);
+            self.space.settle(u64::from(got));
+            l += u64::from(got);
+        }
+    }
+
+    /// The goal block for logical block `l`: continue the nearest mapped
+    /// extent, else the start of the file's home group.
+    fn goal(&self, ino: &Inode, l: u64) -> u64 {
+        let total = self.alloc.geometry().total_blocks();
+        let from_neighbour = if let Some(e) = ino.map.left_of(l) {
+            e.physical.checked_add(l - e.logical)
+        } else if let Some(e) = ino.map.right_of(l) {
+            e.physical.checked_sub(e.logical - l)
+        } else {
+            None
+        };
+        match from_neighbour {
+            Some(g) if g < total => g,
+            _ => self.alloc.geometry().group_first_block(ino.home_group),
+        }
+    }
+
+    /// One allocation for logical block `l`, up to `len` blocks: from the
+    /// file's preallocation, from the CPU's locality group, or from the
+    /// allocator with a normalized window. `None` means the allocator had
+    /// nothing.
+    fn allocate_one(&self, node: &FileNode, ino: &Inode, l: u64, len: u32, normalize: Normalize) -> Option<(u64, u32)> {
+        let shape =
+            RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
+        let t = &self.cfg.tunables;
+        let place =
+            placement(&self.cfg.normalization, t.mb_stream_req, self.alloc.tunables().mb_group_prealloc, &shape);
+        let goal = self.goal(ino, l);
+        if let Some((p, got)) = node.pas.lock().take(l, len) {
+            self.pa_free.fetch_sub(u64::from(got), Ordering::AcqRel);
+            inc(&self.counters.inode_pa_hits, 1);
+            return Some((p, got));
+        }
+        if place == Placement::LocalityGroup {
+            return self.allocate_from_group(len, goal, normalize);
+        }
+        let stream = (place == Placement::Stream).then_some(ino.id);
+        if place == Placement::Stream && normalize == Normalize::Yes {
+            return self.allocate_window(node, ino, shape, goal, stream);
+        }
+        let mut req = AllocRequest::new(len).goal(goal);
+        if let Some(k) = stream {
+            req = req.stream(k);
+        }
+        inc(&self.counters.alloc_requests, 1);
+        self.alloc.allocate(&req).ok().map(|a| (a.extent.start, a.extent.len))
+    }
+
+    /// Whether a window of `len` blocks may be taken now: a preallocation
+    /// never eats into blocks promised to others.
+    fn may_preallocate(&self, len: u32) -> bool {
+        self.alloc.free_blocks() >= self.space.reserved() + u64::from(len)
+    }
+
+    /// Small files: the CPU's locality group.
+    fn allocate_from_group(&self, len: u32, goal: u64, normalize: Normalize) -> Option<(u64, u32)> {
+        let lg = &self.lgs[cpu_slot() % self.lgs.len()];
+        let mut lg = lg.lock();
+        if let Some((start, trimmed)) = lg.take(len, goal) {
+            self.pa_free.fetch_sub(u64::from(len), Ordering::AcqRel);
+            inc(&self.counters.group_pa_hits, 1);
+            self.return_group_runs(&trimmed);
+            return Some((start, len));
+        }
+        let window = self.alloc.tunables().mb_group_prealloc.max(len);
+        let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
+        inc(&self.counters.alloc_requests, 1);
+        let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
+        let got = a.extent.len.min(len);
+        let surplus = a.extent.len - got;
+        if surplus > 0 {
+            self.prealloc(surplus.into());
+            inc(&self.counters.group_pas_created, 1);
+            let trimmed = lg.add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
+            self.return_group_runs(&trimmed);
+        }
+        Some((a.extent.start, got))
+    }
+
+    /// Streams: a normalized window, the surplus kept as the file's
+    /// preallocation (`ext4_mb_new_inode_pa`).
+    fn allocate_window(
+        &self,
+        node: &FileNode,
+        ino: &Inode,
+        shape: RequestShape,
+        goal: u64,
+        stream: Option<u64>,
+    ) -> Option<(u64, u32)> {
+        let l = shape.logical;
+        let (left_pa_end, right_pa_start) = node.pas.lock().bounds_around(l);
+        let nb = Neighbours {
+            left: ino.map.left_of(l).map(|e| (e.logical_end() - 1, e.physical + u64::from(e.len) - 1)),
+            right: ino.map.right_of(l).map(|e| (e.logical, e.physical)),
+            left_pa_end,
+            right_pa_start,
+        };
+        let geo = self.alloc.geometry();
+        let wgeo = WindowGeometry {
+            block_bits: self.block_bits,
+            blocks_per_group: geo.blocks_per_group(),
+            total_blocks: geo.total_blocks(),
+        };
+        let w = window(&self.cfg.normalization, wgeo, &shape, &nb);
+        let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
+        let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
+        let mut req = AllocRequest::new(wlen).original_len(own);
+        req = match w.merge_goal.filter(|_| wlen == w.len) {
+            Some(m) => req.try_goal(m),
+            None => req.goal(goal),
+        };
+        if let Some(k) = stream {
+            req = req.stream(k);
+        }
+        inc(&self.counters.alloc_requests, 1);
+        let a = self.alloc.allocate(&req).ok()?;
+        let got = a.extent.len;
+        if got <= own {
+            return Some((a.extent.start, got));
+        }
+        // Place the preallocation inside the window so it covers `l`.
+        let wend = wl + u64::from(wlen);
+        let lstart = if got == wlen {
+            wl
+        } else if l >= wend - u64::from(got) {
+            wend - u64::from(got)
+        } else if l + u64::from(own) <= wl + u64::from(got) {
+            wl
+        } else {
+            l
+        };
+        let mut pas = node.pas.lock();
+        pas.insert(lstart, a.extent.start, got);
+        self.prealloc(u64::from(got));
+        inc(&self.counters.inode_pas_created, 1);
+        let (p, n) = pas.take(l, own).expect("a new preallocation covers its request");
+        self.pa_free.fetch_sub(u64::from(n), Ordering::AcqRel);
+        Some((p, n))
+    }
+}
+
+/// The checker: every invariant the engine promises, verified from scratch.
+impl Fs {
+    /// Verify, from scratch: no block has two owners among files,
+    /// preallocations and pending frees; those owners are exactly the
+    /// allocator's used blocks (besides metadata); the space counters add up;
+    /// preallocations never cover mapped blocks; and the allocator's own
+    /// invariants. Meant for tests and `check`; call it when no other thread
+    /// is inside the engine.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        self.alloc.check_consistency()?;
+        let total = self.alloc.geometry().total_blocks();
+        let mut owned = vec![0u64; total.div_ceil(64) as usize];
+        let mut count = 0u64;
+        let mut mark = |s: u64, len: u64, what: &str| -> std::result::Result<(), String> {
+            if s.checked_add(len).map_or(true, |e| e > total) {
+                return Err(format!("{what} [{s}, +{len}) outside the volume"));
+            }
+            for b in s..s + len {
+                let (w, bit) = ((b / 64) as usize, b % 64);
+                if owned[w] & (1 << bit) != 0 {
+                    return Err(format!("block {b} owned twice (second owner: {what})"));
+                }
+                if !self.alloc.is_used(b) {
+                    return Err(format!("block {b} of {what} is free in the allocator"));
+                }
+                owned[w] |= 1 << bit;
+            }
+            count += len;
+            Ok(())
+        };
+        let mut reserved = 0u64;
+        let mut dirty = 0u64;
+        let mut pa_free = 0u64;
+        let nodes: Vec<(u64, Arc<FileNode>)> = self.files.read().iter().map(|(&k, v)| (k, v.clone())).collect();
+        for (id, node) in nodes {
+            let ino = node.inode.lock();
+            for e in ino.map.iter() {
+                mark(e.physical, e.len.into(), &format!("inode {id} extent at logical {}", e.logical))?;
+            }
+            for (s, e) in ino.delayed.iter() {
+                if !ino.map.overlapping(s, e).is_empty() {
+                    return Err(format!("inode {id}: delayed run [{s}, {e}) is mapped"));
+                }
+            }
+            reserved += ino.delayed.len();
+            dirty += ino.delayed.len() + ino.dirty_unwritten.len();
+            for pa in node.pas.lock().iter() {
+                for (s, e) in pa.unused.iter() {
+                    if !ino.map.overlapping(s, e).is_empty() {
+                        return Err(format!("inode {id}: preallocated logical [{s}, {e}) is mapped"));
+                    }
+                    mark(pa.physical_of(s), e - s, &format!("inode {id} preallocation"))?;
+                }
+                pa_free += pa.unused.len();
+            }
+        }
+        for lg in &self.lgs {
+            for r in lg.lock().iter() {
+                mark(r.pstart, r.free.into(), "locality-group run")?;
+                pa_free += u64::from(r.free);
+            }
+        }
+        let mut pending = 0;
+        for (s, len) in self.journal.pending_ranges() {
+            mark(s, len, "pending free")?;
+            pending += len;
+        }
+        let used = total - self.alloc.free_blocks();
+        if count + self.metadata_blocks != used {
+            return Err(format!("owned {count} + metadata {} != allocator used {used}", self.metadata_blocks));
+        }
+        if pa_free != self.preallocated_blocks() {
+            return Err(format!("preallocated counter {} != {pa_free}", self.preallocated_blocks()));
+        }
+        if pending != self.pending_free_blocks() {
+            return Err(format!("pending counter {} != {pending}", self.pending_free_blocks()));
+        }
+        if reserved != self.space.reserved() {
+            return Err(format!("reserved counter {} != delayed blocks {reserved}", self.space.reserved()));
+        }
+        if dirty != self.dirty_blocks() {
+            return Err(format!("dirty counter {} != {dirty}", self.dirty_blocks()));
+        }
+        let backing = self.alloc.free_blocks() + pa_free + pending;
+        if self.space.claimable() + reserved != backing {
+            return Err(format!(
+                "claimable {} + reserved {reserved} != free {} + preallocated {pa_free} + pending {pending}",
+                self.space.claimable(),
+                self.alloc.free_blocks()
+            ));
+        }
+        Ok(())
+    }
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Fs>();
+};

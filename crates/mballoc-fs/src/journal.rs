@@ -1,0 +1,185 @@
+//! Transactions and deferred frees.
+//!
+//! A block freed by truncate, punch or unlink must not be handed out again
+//! before the transaction that freed it commits: after a crash the old owner
+//! would otherwise still point at blocks that a new owner has overwritten.
+//! So a free is recorded against the running transaction and reaches the
+//! allocator only when that transaction commits.
+//!
+//! Records are kept per group, keyed by first block, and a new record merges
+//! with a neighbour of the same group and transaction *before* it is
+//! inserted, so freeing the three pieces of a punched extent costs one
+//! record. Groups are spread over independently locked shards, and the
+//! count of pending blocks is one atomic, so frees on different groups never
+//! meet on a lock.
+
+use crate::error::{FsError, Result};
+use mballoc::Allocator;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SHARDS: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FreeRec {
+    len: u64,
+    group: u32,
+    tid: u64,
+}
+
+/// Counters of the transaction machinery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Free records inserted (after merging).
+    pub records: u64,
+    /// Frees absorbed into a neighbouring record.
+    pub merges: u64,
+    /// Blocks returned to the allocator by commits.
+    pub blocks_released: u64,
+}
+
+/// The running transaction and its pending frees.
+#[derive(Debug)]
+pub struct Journal {
+    running: AtomicU64,
+    shards: Vec<Mutex<BTreeMap<u64, FreeRec>>>,
+    pending: AtomicU64,
+    commit: Mutex<JournalStats>,
+    records: AtomicU64,
+    merges: AtomicU64,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Journal {
+            running: AtomicU64::new(1),
+            shards: (0..SHARDS).map(|_| Mutex::new(BTreeMap::new())).collect(),
+            pending: AtomicU64::new(0),
+            commit: Mutex::new(JournalStats::default()),
+            records: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Journal {
+    /// The running transaction's id.
+    pub fn running_tid(&self) -> u64 {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Blocks freed but not yet committed (`s_mb_free_pending`).
+    pub fn pending_blocks(&self) -> u64 {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> JournalStats {
+        let mut s = *self.commit.lock();
+        s.records = self.records.load(Ordering::Relaxed);
+        s.merges = self.merges.load(Ordering::Relaxed);
+        s
+    }
+
+    /// Record `[start, start + len)`, inside group `group`, as freed by the
+    /// running transaction. A range already pending is an error and changes
+    /// nothing.
+    pub fn defer_free(&self, start: u64, len: u64, group: u32) -> Result<()> {
+        assert!(len > 0, "deferring an empty free");
+        let tid = self.running_tid();
+        let mut tree = self.shards[group as usize % SHARDS].lock();
+        let end = start + len;
+        if let Some((&s, r)) = tree.range(..end).next_back() {
+            if s + r.len > start {
+                return Err(FsError::AlreadyPendingFree { block: start.max(s) });
+            }
+        }
+        self.pending.fetch_add(len, Ordering::AcqRel);
+        let same = |r: &FreeRec| r.tid == tid && r.group == group;
+        // Merge into the left neighbour, then pull the right one in too.
+        if let Some((&ls, l)) = tree.range(..start).next_back() {
+            if ls + l.len == start && same(l) {
+                let mut merged = l.len + len;
+                if let Some(r) = tree.get(&end).copied().filter(same) {
+                    tree.remove(&end);
+                    merged += r.len;
+                    self.merges.fetch_add(1, Ordering::Relaxed);
+                }
+                tree.get_mut(&ls).expect("left record").len = merged;
+                self.merges.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        if let Some(r) = tree.get(&end).copied().filter(same) {
+            tree.remove(&end);
+            tree.insert(start, FreeRec { len: len + r.len, group, tid });
+            self.merges.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        tree.insert(start, FreeRec { len, group, tid });
+        self.records.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Commit the running transaction: every free it (or an earlier one)
+    /// recorded goes back to the allocator. Returns the blocks released.
+    pub fn commit(&self, alloc: &Allocator) -> u64 {
+        let mut stats = self.commit.lock();
+        let tid = self.running.fetch_add(1, Ordering::AcqRel);
+        let mut released = 0;
+        for shard in &self.shards {
+            let ready: Vec<(u64, u64)> = {
+                let mut tree = shard.lock();
+                if tree.is_empty() {
+                    continue;
+                }
+                let keys: Vec<u64> = tree.iter().filter(|(_, r)| r.tid <= tid).map(|(&s, _)| s).collect();
+                keys.into_iter().map(|s| (s, tree.remove(&s).expect("record").len)).collect()
+            };
+            for (s, len) in ready {
+                alloc.free(s, len).unwrap_or_else(|e| panic!("committing free of [{s}, +{len}): {e}"));
+                self.pending.fetch_sub(len, Ordering::AcqRel);
+                released += len;
+            }
+        }
+        stats.commits += 1;
+        stats.blocks_released += released;
+        released
+    }
+
+    /// Every pending range, for invariant checks.
+    pub fn pending_ranges(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> =
+            self.shards.iter().flat_map(|s| s.lock().iter().map(|(&a, r)| (a, r.len)).collect::<Vec<_>>()).collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mballoc::Geometry;
+
+    #[test]
+    fn neighbours_merge_and_commit_releases() {
+        let alloc = Allocator::new(Geometry::with_group_size(4096, 1024, 4096).unwrap()).unwrap();
+        alloc.claim(100, 30).unwrap();
+        let j = Journal::default();
+        j.defer_free(100, 10, 0).unwrap();
+        j.defer_free(120, 10, 0).unwrap();
+        j.defer_free(110, 10, 0).unwrap();
+        assert_eq!(j.pending_ranges(), vec![(100, 30)]);
+        assert_eq!(j.pending_blocks(), 30);
+        assert!(matches!(j.defer_free(105, 1, 0), Err(FsError::AlreadyPendingFree { block: 105 })));
+        assert!(alloc.is_used(100));
+        assert_eq!(j.commit(&alloc), 30);
+        assert!(!alloc.is_used(100));
+        assert_eq!(j.pending_blocks(), 0);
+        let s = j.stats();
+        assert_eq!((s.commits, s.records, s.merges), (1, 2, 2));
+    }
+}

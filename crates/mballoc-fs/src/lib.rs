@@ -1,0 +1,68 @@
+//! # mballoc-fs — the file layer over the mballoc allocator
+//!
+//! Files with extent maps, buffered writes with delayed allocation,
+//! `fallocate`, truncate and punch, transactions with deferred frees, and the
+//! placement policy ext4 wraps around its allocator: goals, stream vs small
+//! file, request normalization and preallocation. Contents are not stored
+//! (yet): a write says which bytes hold data, and the layer decides where
+//! they go.
+//!
+//! ## Ownership: who holds a block
+//!
+//! Every block the allocator shows as used is held by exactly one of:
+//!
+//! * a file's **extent map** ([`extent_map`]), written or unwritten;
+//! * a **preallocation** ([`prealloc`]): a file's window set aside for its
+//!   next writes, or a CPU's locality-group run for small files;
+//! * the **running transaction** ([`journal`]): freed, not reusable until it
+//!   commits, so that a crash before the commit never finds the old owner
+//!   pointing at reused blocks;
+//! * volume metadata.
+//!
+//! Delayed data holds no block, only a **reservation** ([`space`]): a write
+//! claims one block per new hole it dirties, and the claim fails (NoSpace)
+//! only when free blocks, plus preallocated and pending ones that could be
+//! recovered, minus what is already reserved, cannot cover it. A claimed
+//! block is then guaranteed at writeback: if the allocator comes up short,
+//! every preallocation is discarded and the transaction committed, and the
+//! allocation retried. [`Fs::check`] verifies all of this from scratch.
+//!
+//! ## One allocation, in order
+//!
+//! Writeback takes one contiguous dirty run at a time (so a 12 MiB write is
+//! one request, not three thousand), `fallocate` one hole at a time:
+//!
+//! 1. **Goal**: the block after the nearest mapped extent, else the first
+//!    block of the file's home group (its inode's group).
+//! 2. **Placement** ([`normalize::placement`]): files predicted to stay at or
+//!    under `mb_stream_req` blocks use their CPU's locality group; larger
+//!    ones are streams with their own windows and a stream goal.
+//! 3. **Preallocation**: a file's window covering the block is used first,
+//!    then (small files) the locality-group run nearest the goal.
+//! 4. **Normalization** ([`normalize::window`]): otherwise the request grows
+//!    to the kernel's size class (or a Lustre-style table), cut to stay off
+//!    mapped blocks and other windows, with a merge goal when it touches a
+//!    mapped neighbour. Small files take `mb_group_prealloc` blocks.
+//! 5. **Allocator**: one [`mballoc::AllocRequest`]; whatever the caller does
+//!    not need becomes a preallocation. A preallocation is never taken out
+//!    of blocks that reservations need.
+//!
+//! Concurrency: each file has a lock for its data (ext4's `i_data_sem`) and
+//! a separate one for its windows, each locality group a lock, pending frees
+//! a lock per shard of groups; the allocator below has a lock per group. A
+//! thread holds at most its own file's locks plus one leaf lock at a time.
+
+pub mod error;
+pub mod extent_map;
+mod fs;
+pub mod journal;
+pub mod normalize;
+pub mod prealloc;
+pub mod ranges;
+pub mod space;
+
+pub use error::{FsError, Result};
+pub use extent_map::{ExtentState, MappedExtent};
+pub use fs::{FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsConfig, FsStats};
+pub use journal::JournalStats;
+pub use normalize::{Normalization, PreallocTable};
