@@ -838,11 +838,21 @@ impl Fs {
         let place =
             placement(&self.cfg.normalization, t.mb_stream_req, self.alloc.tunables().mb_group_prealloc, &shape);
         let goal = self.goal(ino, l);
-        if let Some((p, got)) = node.pas.lock().take(l, len) {
-            self.pa_free.fetch_sub(u64::from(got), Ordering::AcqRel);
-            inc(&self.counters.inode_pa_hits, 1);
-            return Some((p, got));
+        let mut shape = shape;
+        {
+            let mut pas = node.pas.lock();
+            if let Some((p, got)) = pas.take(l, len) {
+                self.pa_free.fetch_sub(u64::from(got), Ordering::AcqRel);
+                inc(&self.counters.inode_pa_hits, 1);
+                return Some((p, got));
+            }
+            // Stop where the next window of the file begins: those blocks
+            // must come from it.
+            if let (_, Some(next)) = pas.bounds_around(l) {
+                shape.len = shape.len.min((next - l) as u32);
+            }
         }
+        let len = shape.len;
         if place == Placement::LocalityGroup {
             return self.allocate_from_group(len, goal, normalize);
         }
@@ -973,9 +983,6 @@ impl Fs {
                 if owned[w] & (1 << bit) != 0 {
                     return Err(format!("block {b} owned twice (second owner: {what})"));
                 }
-                if !self.alloc.is_used(b) {
-                    return Err(format!("block {b} of {what} is free in the allocator"));
-                }
                 owned[w] |= 1 << bit;
             }
             count += len;
@@ -1017,6 +1024,15 @@ impl Fs {
         for (s, len) in self.journal.pending_ranges() {
             mark(s, len, "pending free")?;
             pending += len;
+        }
+        let mut owned_free = None;
+        self.alloc.for_each_free_extent(|s, len| {
+            if owned_free.is_none() {
+                owned_free = (s..s + len).find(|&b| owned[(b / 64) as usize] & (1 << (b % 64)) != 0);
+            }
+        });
+        if let Some(b) = owned_free {
+            return Err(format!("block {b} has an owner but is free in the allocator"));
         }
         let used = total - self.alloc.free_blocks();
         if count + self.metadata_blocks != used {
