@@ -379,8 +379,8 @@ impl Sim {
 
 fn run(name: &str, norm: fn() -> Normalization, mode: Writeback) {
     let base = common::seed(name);
-    let seeds = 6 * common::scale();
-    let ops = 2500 * common::scale();
+    let seeds = 8 * common::scale();
+    let ops = 3000 * common::scale();
     for i in 0..seeds as u64 {
         let seed = base.wrapping_add(i);
         let mut rng = common::rng(seed);
