@@ -1,5 +1,6 @@
 //! `mballoc`: run the lab, benchmark the allocator, print its reports.
 
+mod multiblock;
 mod workloads;
 
 use anyhow::Result;
@@ -71,6 +72,10 @@ const SCENARIOS: &[(&str, &str)] = &[
         "fragmented-core",
         "80%-full, 50%-fragmented volume: cost and groups scanned per request, optimize_scan on vs off",
     ),
+    (
+        "multiblock-cost",
+        "seed 002: cost per block of 5 KiB, 600 KiB and 12 MiB files, block-at-a-time vs nodelalloc vs delalloc",
+    ),
 ];
 
 fn main() -> Result<()> {
@@ -109,7 +114,7 @@ fn lab_run(scenarios: Vec<String>, quick: bool, seed: u64) -> Result<()> {
             anyhow::bail!("unknown scenario {n:?}; `mballoc lab list` names them");
         }
     }
-    println!("mballoc lab: allocator-core scenarios (seed {seed}{})\n", if quick { ", quick" } else { "" });
+    println!("mballoc lab: engine scenarios (seed {seed}{})\n", if quick { ", quick" } else { "" });
     for n in names {
         match n {
             "fallocate2-core" => {
@@ -120,6 +125,7 @@ fn lab_run(scenarios: Vec<String>, quick: bool, seed: u64) -> Result<()> {
                 let (groups, requests) = if quick { (1 << 10, 10_000) } else { (1 << 16, 100_000) };
                 run_fragmented(groups, requests, seed, true);
             }
+            "multiblock-cost" => run_multiblock(Duration::from_secs_f64(if quick { 0.1 } else { 1.0 })),
             _ => unreachable!("checked above"),
         }
     }
@@ -182,5 +188,29 @@ fn run_fragmented(groups: u32, requests: u64, seed: u64, print_mb_stats: bool) {
             println!("\n   mb_stats (optimize_scan on):\n{s}");
         }
     }
+    println!();
+}
+
+fn run_multiblock(budget: Duration) {
+    println!("== multiblock-cost (engine: files written 4 KiB at a time on an empty 4 GiB volume, then fsync)");
+    println!(
+        "{:>9} {:>16} {:>8} {:>12} {:>16} {:>14}",
+        "size KiB", "variant", "files", "ns/block", "alloc calls/file", "extents/file"
+    );
+    for size_kib in [5, 600, 12 * 1024] {
+        for v in [multiblock::Variant::BlockAtATime, multiblock::Variant::NoDelalloc, multiblock::Variant::Delalloc] {
+            let c = multiblock::run(size_kib, v, budget);
+            println!(
+                "{:>9} {:>16} {:>8} {:>12.1} {:>16.2} {:>14.2}",
+                c.size_kib,
+                c.variant.name(),
+                c.files,
+                c.ns_per_block(),
+                c.requests_per_file,
+                c.extents_per_file
+            );
+        }
+    }
+    println!("   alloc calls = allocator requests + requests served from a preallocation");
     println!();
 }
