@@ -129,6 +129,12 @@ impl Journal {
     pub fn commit(&self, alloc: &Allocator) -> u64 {
         let mut stats = self.commit.lock();
         let tid = self.running.fetch_add(1, Ordering::AcqRel);
+        stats.commits += 1;
+        // A free recorded after this load carries a tid this commit covers,
+        // but a later commit releases it just the same.
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
         let mut released = 0;
         for shard in &self.shards {
             let ready: Vec<(u64, u64)> = {
@@ -145,7 +151,6 @@ impl Journal {
                 released += len;
             }
         }
-        stats.commits += 1;
         stats.blocks_released += released;
         released
     }
