@@ -1,0 +1,199 @@
+//! The allocation path (`ext4_mb_new_blocks` and its callers): map a hole
+//! through the file's preallocation, the CPU's locality group, or a
+//! normalized window from the allocator.
+
+use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize};
+use crate::extent_map::ExtentState;
+use crate::normalize::{placement, window, Neighbours, Placement, RequestShape, WindowGeometry};
+use crate::prealloc::GroupPa;
+use mballoc::AllocRequest;
+use std::sync::atomic::Ordering;
+
+/// The allocation path (`ext4_mb_new_blocks` and its callers).
+impl Fs {
+    /// Map the hole `[start, end)`, whose blocks were promised (by a delayed
+    /// write or by the caller's claim), in as many extents as it takes.
+    pub(super) fn map_range(
+        &self,
+        node: &FileNode,
+        ino: &mut Inode,
+        start: u64,
+        end: u64,
+        state: ExtentState,
+        normalize: Normalize,
+    ) {
+        let bpg = u64::from(self.alloc.geometry().blocks_per_group());
+        let mut l = start;
+        while l < end {
+            let len = (end - l).min(bpg) as u32;
+            let mut attempts = 0;
+            let (physical, got) = loop {
+                match self.allocate_one(node, ino, l, len, normalize) {
+                    Some(x) => break x,
+                    None => {
+                        // The blocks were promised, so they exist: in
+                        // preallocations or in the running transaction.
+                        attempts += 1;
+                        assert!(attempts <= 16, "no blocks for a promised range at logical {l} of inode {}", ino.id);
+                        inc(&self.counters.reclaims, 1);
+                        self.discard_preallocations();
+                        self.commit();
+                    }
+                }
+            };
+            ino.map.insert(l, physical, got, state);
+            self.space.settle(u64::from(got));
+            l += u64::from(got);
+        }
+    }
+
+    /// The goal block for logical block `l`: continue the nearest mapped
+    /// extent, else the start of the file's home group.
+    fn goal(&self, ino: &Inode, l: u64) -> u64 {
+        let total = self.alloc.geometry().total_blocks();
+        let from_neighbour = if let Some(e) = ino.map.left_of(l) {
+            e.physical.checked_add(l - e.logical)
+        } else if let Some(e) = ino.map.right_of(l) {
+            e.physical.checked_sub(e.logical - l)
+        } else {
+            None
+        };
+        match from_neighbour {
+            Some(g) if g < total => g,
+            _ => self.alloc.geometry().group_first_block(ino.home_group),
+        }
+    }
+
+    /// One allocation for logical block `l`, up to `len` blocks: from the
+    /// file's preallocation, from the CPU's locality group, or from the
+    /// allocator with a normalized window. `None` means the allocator had
+    /// nothing.
+    fn allocate_one(&self, node: &FileNode, ino: &Inode, l: u64, len: u32, normalize: Normalize) -> Option<(u64, u32)> {
+        let shape =
+            RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
+        let t = &self.cfg.tunables;
+        let place =
+            placement(&self.cfg.normalization, t.mb_stream_req, self.alloc.tunables().mb_group_prealloc, &shape);
+        let goal = self.goal(ino, l);
+        let mut shape = shape;
+        {
+            let mut pas = node.pas.lock();
+            if let Some((p, got)) = pas.take(l, len) {
+                self.pa_free.fetch_sub(u64::from(got), Ordering::AcqRel);
+                inc(&self.counters.inode_pa_hits, 1);
+                return Some((p, got));
+            }
+            // Stop where the next window of the file begins: those blocks
+            // must come from it.
+            if let (_, Some(next)) = pas.bounds_around(l) {
+                shape.len = shape.len.min((next - l) as u32);
+            }
+        }
+        let len = shape.len;
+        if place == Placement::LocalityGroup {
+            return self.allocate_from_group(len, goal, normalize);
+        }
+        let stream = (place == Placement::Stream).then_some(ino.id);
+        if place == Placement::Stream && normalize == Normalize::Yes {
+            return self.allocate_window(node, ino, shape, goal, stream);
+        }
+        let mut req = AllocRequest::new(len).goal(goal);
+        if let Some(k) = stream {
+            req = req.stream(k);
+        }
+        inc(&self.counters.alloc_requests, 1);
+        self.alloc.allocate(&req).ok().map(|a| (a.extent.start, a.extent.len))
+    }
+
+    /// Whether a window of `len` blocks may be taken now: a preallocation
+    /// never eats into blocks promised to others.
+    fn may_preallocate(&self, len: u32) -> bool {
+        self.alloc.free_blocks() >= self.space.reserved() + u64::from(len)
+    }
+
+    /// Small files: the CPU's locality group.
+    fn allocate_from_group(&self, len: u32, goal: u64, normalize: Normalize) -> Option<(u64, u32)> {
+        let lg = &self.lgs[cpu_slot() % self.lgs.len()];
+        let mut lg = lg.lock();
+        if let Some((start, trimmed)) = lg.take(len, goal) {
+            self.pa_free.fetch_sub(u64::from(len), Ordering::AcqRel);
+            inc(&self.counters.group_pa_hits, 1);
+            self.return_group_runs(&trimmed);
+            return Some((start, len));
+        }
+        let window = self.alloc.tunables().mb_group_prealloc.max(len);
+        let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
+        inc(&self.counters.alloc_requests, 1);
+        let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
+        let got = a.extent.len.min(len);
+        let surplus = a.extent.len - got;
+        if surplus > 0 {
+            self.prealloc(surplus.into());
+            inc(&self.counters.group_pas_created, 1);
+            let trimmed = lg.add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
+            self.return_group_runs(&trimmed);
+        }
+        Some((a.extent.start, got))
+    }
+
+    /// Streams: a normalized window, the surplus kept as the file's
+    /// preallocation (`ext4_mb_new_inode_pa`).
+    fn allocate_window(
+        &self,
+        node: &FileNode,
+        ino: &Inode,
+        shape: RequestShape,
+        goal: u64,
+        stream: Option<u64>,
+    ) -> Option<(u64, u32)> {
+        let l = shape.logical;
+        let (left_pa_end, right_pa_start) = node.pas.lock().bounds_around(l);
+        let nb = Neighbours {
+            left: ino.map.left_of(l).map(|e| (e.logical_end() - 1, e.physical + u64::from(e.len) - 1)),
+            right: ino.map.right_of(l).map(|e| (e.logical, e.physical)),
+            left_pa_end,
+            right_pa_start,
+        };
+        let geo = self.alloc.geometry();
+        let wgeo = WindowGeometry {
+            block_bits: self.block_bits,
+            blocks_per_group: geo.blocks_per_group(),
+            total_blocks: geo.total_blocks(),
+        };
+        let w = window(&self.cfg.normalization, wgeo, &shape, &nb);
+        let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
+        let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
+        let mut req = AllocRequest::new(wlen).original_len(own);
+        req = match w.merge_goal.filter(|_| wlen == w.len) {
+            Some(m) => req.try_goal(m),
+            None => req.goal(goal),
+        };
+        if let Some(k) = stream {
+            req = req.stream(k);
+        }
+        inc(&self.counters.alloc_requests, 1);
+        let a = self.alloc.allocate(&req).ok()?;
+        let got = a.extent.len;
+        if got <= own {
+            return Some((a.extent.start, got));
+        }
+        // Place the preallocation inside the window so it covers `l`.
+        let wend = wl + u64::from(wlen);
+        let lstart = if got == wlen {
+            wl
+        } else if l >= wend - u64::from(got) {
+            wend - u64::from(got)
+        } else if l + u64::from(own) <= wl + u64::from(got) {
+            wl
+        } else {
+            l
+        };
+        let mut pas = node.pas.lock();
+        pas.insert(lstart, a.extent.start, got);
+        self.prealloc(u64::from(got));
+        inc(&self.counters.inode_pas_created, 1);
+        let (p, n) = pas.take(l, own).expect("a new preallocation covers its request");
+        self.pa_free.fetch_sub(u64::from(n), Ordering::AcqRel);
+        Some((p, n))
+    }
+}
