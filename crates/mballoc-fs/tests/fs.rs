@@ -1,5 +1,6 @@
 //! Targeted behaviour of the file layer.
 
+#[path = "../../mballoc/tests/common.rs"]
 mod common;
 
 use mballoc::{Geometry, Tunables};

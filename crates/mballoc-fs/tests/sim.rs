@@ -10,6 +10,7 @@
 //! `MBALLOC_SEED` replays one seed; `MBALLOC_TEST_SCALE` multiplies the
 //! number of seeds and operations.
 
+#[path = "../../mballoc/tests/common.rs"]
 mod common;
 
 use mballoc::{Geometry, Tunables};
