@@ -140,15 +140,14 @@ fn file_layer(size_kib: u64, bytes: u64, variant: Variant, budget: Duration) -> 
         fs.commit();
     }
     let blocks = bytes.div_ceil(BLOCK);
+    let s = fs.stats();
     Cost {
         size_kib,
         variant,
         files,
         blocks: files * blocks,
         elapsed,
-        requests_per_file: fs.stats().alloc_requests as f64 / files as f64
-            + fs.stats().inode_pa_hits as f64 / files as f64
-            + fs.stats().group_pa_hits as f64 / files as f64,
+        requests_per_file: (s.alloc_requests + s.inode_pa_hits + s.group_pa_hits) as f64 / files as f64,
         extents_per_file: extents as f64 / files as f64,
     }
 }

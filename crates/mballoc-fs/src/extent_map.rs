@@ -132,18 +132,11 @@ impl ExtentMap {
 
     /// The holes of `[start, end)`, ascending.
     pub fn holes(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let mut holes = Vec::new();
-        let mut at = start;
-        for e in self.overlapping(start, end) {
-            if e.logical > at {
-                holes.push((at, e.logical));
-            }
-            at = e.logical_end();
-        }
-        if at < end {
-            holes.push((at, end));
-        }
-        holes
+        crate::ranges::gaps_between(
+            start,
+            end,
+            self.overlapping(start, end).iter().map(|e| (e.logical, e.logical_end())),
+        )
     }
 
     /// Map `[logical, +len)` to `[physical, +len)`. The logical range must be

@@ -135,6 +135,13 @@ pub struct GroupPa {
     pub free: u32,
 }
 
+impl GroupPa {
+    /// The run as `(first block, blocks)`.
+    pub fn run(&self) -> (u64, u64) {
+        (self.pstart, u64::from(self.free))
+    }
+}
+
 /// One CPU's pool of small-file runs.
 #[derive(Debug, Clone, Default)]
 pub struct LocalityGroup {

@@ -111,6 +111,11 @@ impl RangeSet {
         v
     }
 
+    /// The parts of `[start, end)` not in the set, ascending.
+    pub fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        gaps_between(start, end, self.overlapping(start, end))
+    }
+
     /// Number of blocks of `[start, end)` in the set.
     pub fn count_in(&self, start: u64, end: u64) -> u64 {
         self.overlapping(start, end).iter().map(|(s, e)| e - s).sum()
@@ -120,6 +125,23 @@ impl RangeSet {
     pub fn split_off_from(&mut self, from: u64) -> Vec<(u64, u64)> {
         self.remove(from, u64::MAX)
     }
+}
+
+/// The parts of `[start, end)` that none of `runs` (ascending, disjoint,
+/// inside the range) covers.
+pub(crate) fn gaps_between(start: u64, end: u64, runs: impl IntoIterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut gaps = Vec::new();
+    let mut at = start;
+    for (s, e) in runs {
+        if s > at {
+            gaps.push((at, s));
+        }
+        at = e;
+    }
+    if at < end {
+        gaps.push((at, end));
+    }
+    gaps
 }
 
 #[cfg(test)]
@@ -149,6 +171,7 @@ mod tests {
         assert_eq!(r.len(), 10);
         assert!(r.contains(4) && !r.contains(5) && r.contains(25));
         assert_eq!(r.count_in(0, 100), 10);
+        assert_eq!(r.gaps(3, 40), vec![(5, 25), (30, 40)]);
         assert_eq!(r.split_off_from(2), vec![(2, 5), (25, 30)]);
         assert_eq!(r.len(), 2);
     }

@@ -69,14 +69,7 @@ impl Fs {
     /// allocator with a normalized window. `None` means the allocator had
     /// nothing.
     fn allocate_one(&self, node: &FileNode, ino: &Inode, l: u64, len: u32, normalize: Normalize) -> Option<(u64, u32)> {
-        let shape =
-            RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
-        let t = &self.cfg.tunables;
-        let place =
-            placement(&self.cfg.normalization, t.mb_stream_req, self.alloc.tunables().mb_group_prealloc, &shape);
-        let goal = self.goal(ino, l);
-        let mut shape = shape;
-        {
+        let (pa_bounds, len) = {
             let mut pas = node.pas.lock();
             if let Some((p, got)) = pas.take(l, len) {
                 self.pa_free.fetch_sub(u64::from(got), Ordering::AcqRel);
@@ -85,17 +78,20 @@ impl Fs {
             }
             // Stop where the next window of the file begins: those blocks
             // must come from it.
-            if let (_, Some(next)) = pas.bounds_around(l) {
-                shape.len = shape.len.min((next - l) as u32);
-            }
-        }
-        let len = shape.len;
+            let bounds = pas.bounds_around(l);
+            (bounds, bounds.1.map_or(len, |next| len.min((next - l) as u32)))
+        };
+        let shape =
+            RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
+        let t = self.alloc.tunables();
+        let place = placement(&self.cfg.normalization, t.mb_stream_req, t.mb_group_prealloc, &shape);
+        let goal = self.goal(ino, l);
         if place == Placement::LocalityGroup {
-            return self.allocate_from_group(len, goal, normalize);
+            return self.allocate_from_group(len, goal, t.mb_group_prealloc, normalize);
         }
         let stream = (place == Placement::Stream).then_some(ino.id);
         if place == Placement::Stream && normalize == Normalize::Yes {
-            return self.allocate_window(node, ino, shape, goal, stream);
+            return self.allocate_window(node, ino, shape, pa_bounds, goal, stream);
         }
         let mut req = AllocRequest::new(len).goal(goal);
         if let Some(k) = stream {
@@ -112,16 +108,22 @@ impl Fs {
     }
 
     /// Small files: the CPU's locality group.
-    fn allocate_from_group(&self, len: u32, goal: u64, normalize: Normalize) -> Option<(u64, u32)> {
+    fn allocate_from_group(
+        &self,
+        len: u32,
+        goal: u64,
+        group_prealloc: u32,
+        normalize: Normalize,
+    ) -> Option<(u64, u32)> {
         let lg = &self.lgs[cpu_slot() % self.lgs.len()];
         let mut lg = lg.lock();
         if let Some((start, trimmed)) = lg.take(len, goal) {
             self.pa_free.fetch_sub(u64::from(len), Ordering::AcqRel);
             inc(&self.counters.group_pa_hits, 1);
-            self.return_group_runs(&trimmed);
+            self.give_back(trimmed.iter().map(GroupPa::run));
             return Some((start, len));
         }
-        let window = self.alloc.tunables().mb_group_prealloc.max(len);
+        let window = group_prealloc.max(len);
         let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
         inc(&self.counters.alloc_requests, 1);
         let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
@@ -131,7 +133,7 @@ impl Fs {
             self.prealloc(surplus.into());
             inc(&self.counters.group_pas_created, 1);
             let trimmed = lg.add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
-            self.return_group_runs(&trimmed);
+            self.give_back(trimmed.iter().map(GroupPa::run));
         }
         Some((a.extent.start, got))
     }
@@ -143,11 +145,11 @@ impl Fs {
         node: &FileNode,
         ino: &Inode,
         shape: RequestShape,
+        (left_pa_end, right_pa_start): (Option<u64>, Option<u64>),
         goal: u64,
         stream: Option<u64>,
     ) -> Option<(u64, u32)> {
         let l = shape.logical;
-        let (left_pa_end, right_pa_start) = node.pas.lock().bounds_around(l);
         let nb = Neighbours {
             left: ino.map.left_of(l).map(|e| (e.logical_end() - 1, e.physical + u64::from(e.len) - 1)),
             right: ino.map.right_of(l).map(|e| (e.logical, e.physical)),

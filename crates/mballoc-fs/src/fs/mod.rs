@@ -481,7 +481,7 @@ impl Fs {
         }
         ino.unlinked = true;
         self.files.write().remove(&f.0);
-        self.cut(&node, &mut ino, 0, u64::MAX);
+        self.cut(&mut ino, 0, u64::MAX);
         self.discard_inode_pas(&node);
         drop(ino);
         self.tick();
@@ -552,19 +552,8 @@ impl Fs {
         }
         let (first, end) = self.block_range(offset, len)?;
         self.with_inode(f, true, |node, ino| {
-            let holes: Vec<(u64, u64)> = ino
-                .map
-                .holes(first, end)
-                .into_iter()
-                .flat_map(|(s, e)| {
-                    let mut r = RangeSet::new();
-                    r.insert(s, e);
-                    for (ds, de) in ino.delayed.overlapping(s, e) {
-                        r.remove(ds, de);
-                    }
-                    r.iter().collect::<Vec<_>>()
-                })
-                .collect();
+            let holes: Vec<(u64, u64)> =
+                ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).collect();
             let need: u64 = holes.iter().map(|(s, e)| e - s).sum();
             self.space.claim(need)?;
             // ext4 does not grow an fallocate that fits one extent into a
@@ -591,7 +580,7 @@ impl Fs {
         }
         self.with_inode(f, true, |node, ino| {
             if size < ino.size {
-                self.cut(node, ino, size.div_ceil(self.block_size()), u64::MAX);
+                self.cut(ino, size.div_ceil(self.block_size()), u64::MAX);
                 self.discard_inode_pas(node);
             }
             ino.size = size;
@@ -612,7 +601,7 @@ impl Fs {
         let end = (offset + len) >> self.block_bits;
         self.with_inode(f, true, |node, ino| {
             if first < end {
-                self.cut(node, ino, first, end);
+                self.cut(ino, first, end);
             }
             self.discard_inode_pas(node);
             Ok(())
@@ -663,7 +652,7 @@ impl Fs {
         let mut n = 0;
         for lg in &self.lgs {
             let runs = lg.lock().drain();
-            n += self.return_group_runs(&runs);
+            n += self.give_back(runs.iter().map(GroupPa::run));
         }
         let nodes: Vec<Arc<FileNode>> = self.files.read().values().cloned().collect();
         for node in nodes {
@@ -691,25 +680,22 @@ impl Fs {
     /// Allocate every delayed run (one request per contiguous run) and
     /// convert dirty unwritten blocks.
     fn flush(&self, node: &FileNode, ino: &mut Inode) {
-        let runs: Vec<(u64, u64)> = ino.delayed.iter().collect();
-        for &(s, e) in &runs {
+        let delayed = std::mem::take(&mut ino.delayed);
+        for (s, e) in delayed.iter() {
             inc(&self.counters.writeback_runs, 1);
-            ino.delayed.remove(s, e);
             self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
-            self.dirty.fetch_sub(e - s, Ordering::AcqRel);
         }
-        let conv: Vec<(u64, u64)> = ino.dirty_unwritten.iter().collect();
-        for (s, e) in conv {
-            ino.dirty_unwritten.remove(s, e);
+        let converted = std::mem::take(&mut ino.dirty_unwritten);
+        for (s, e) in converted.iter() {
             ino.map.convert_to_written(s, e);
-            self.dirty.fetch_sub(e - s, Ordering::AcqRel);
         }
+        self.dirty.fetch_sub(delayed.len() + converted.len(), Ordering::AcqRel);
         ino.on_dirty_list = false;
     }
 
     /// Remove `[first, end)` from the file: delayed blocks are unreserved,
     /// mapped blocks go to the running transaction.
-    fn cut(&self, _node: &FileNode, ino: &mut Inode, first: u64, end: u64) {
+    fn cut(&self, ino: &mut Inode, first: u64, end: u64) {
         let dropped: u64 = ino.delayed.remove(first, end).iter().map(|(s, e)| e - s).sum();
         let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
         self.space.unclaim(dropped);
@@ -738,33 +724,23 @@ impl Fs {
     /// Give back a file's unused preallocated blocks. Returns how many.
     fn discard_inode_pas(&self, node: &FileNode) -> u64 {
         let runs = node.pas.lock().drain();
+        self.give_back(runs)
+    }
+
+    /// Return unused preallocated runs `(start, len)` to the allocator.
+    /// Returns how many blocks.
+    fn give_back(&self, runs: impl IntoIterator<Item = (u64, u64)>) -> u64 {
         let mut n = 0;
         for (p, len) in runs {
             self.alloc.free(p, len).unwrap_or_else(|e| panic!("discarding preallocated [{p}, +{len}): {e}"));
             n += len;
         }
-        self.unprealloc(n);
-        n
-    }
-
-    fn return_group_runs(&self, runs: &[GroupPa]) -> u64 {
-        let mut n = 0;
-        for r in runs {
-            self.alloc
-                .free(r.pstart, u64::from(r.free))
-                .unwrap_or_else(|e| panic!("discarding group run [{}, +{}): {e}", r.pstart, r.free));
-            n += u64::from(r.free);
-        }
-        self.unprealloc(n);
-        n
-    }
-
-    fn unprealloc(&self, n: u64) {
         if n > 0 {
             self.pa_free.fetch_sub(n, Ordering::AcqRel);
             inc(&self.counters.discarded, n);
             self.alloc.note_preallocation(0, n);
         }
+        n
     }
 
     fn prealloc(&self, n: u64) {
