@@ -1,5 +1,8 @@
 //! `mballoc`: run the lab, benchmark the allocator, print its reports.
 
+mod fallocate2;
+mod interleaved;
+mod kernel;
 mod multiblock;
 mod workloads;
 
@@ -47,6 +50,19 @@ enum LabCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Seed 000's fallocate2 on the whole engine (scalable and legacy) and,
+    /// as root, on kernel ext4.
+    Fallocate2 {
+        /// Worker counts (comma-separated).
+        #[arg(long, default_value = "1,2,4,8,16,32,64")]
+        workers: String,
+        /// Seconds per row.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Rows to run: engine, engine-kernel-placement, engine-legacy, kernel-ext4.
+        #[arg(long, value_delimiter = ',', default_values_t = FALLOCATE2_BACKENDS.iter().map(|s| s.to_string()))]
+        backends: Vec<String>,
+    },
     /// fallocate2 pattern and the fragmented 2^20-group volume.
     Alloc {
         /// Seconds per fallocate2 measurement.
@@ -67,6 +83,14 @@ enum BenchCmd {
 }
 
 const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "fallocate2",
+        "seed 000's will-it-scale loop on the whole engine, scalable vs legacy locking, and on kernel ext4: ops/s by workers",
+    ),
+    (
+        "fio-falloc",
+        "seed 000's fio job: 64 files appended 4 KiB at a time with fallocate, interleaved; extents per file and free space",
+    ),
     ("fallocate2-core", "seed 000's will-it-scale loop on the allocator alone: ops/s by worker count"),
     (
         "fragmented-core",
@@ -88,6 +112,13 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Lab { cmd: LabCmd::Run { scenarios, quick, seed } } => lab_run(scenarios, quick, seed),
+        Cmd::Bench { cmd: BenchCmd::Fallocate2 { workers, seconds, backends } } => {
+            if let Some(b) = backends.iter().find(|b| !FALLOCATE2_BACKENDS.contains(&b.as_str())) {
+                anyhow::bail!("unknown backend {b:?}; choose from {}", FALLOCATE2_BACKENDS.join(","));
+            }
+            run_fallocate2_engine(&parse_threads(&workers)?, Duration::from_secs_f64(seconds), &backends);
+            Ok(())
+        }
         Cmd::Bench { cmd: BenchCmd::Alloc { seconds, groups, requests, threads, seed } } => {
             let threads = parse_threads(&threads)?;
             run_fallocate2(&threads, Duration::from_secs_f64(seconds));
@@ -117,6 +148,20 @@ fn lab_run(scenarios: Vec<String>, quick: bool, seed: u64) -> Result<()> {
     println!("mballoc lab: engine scenarios (seed {seed}{})\n", if quick { ", quick" } else { "" });
     for n in names {
         match n {
+            "fallocate2" => {
+                let (workers, secs): (&[usize], f64) =
+                    if quick { (&[1, 2, 8, 64], 0.3) } else { (&[1, 2, 4, 8, 16, 32, 64], 2.0) };
+                let all: Vec<String> = FALLOCATE2_BACKENDS.iter().map(|s| s.to_string()).collect();
+                run_fallocate2_engine(workers, Duration::from_secs_f64(secs), &all);
+            }
+            "fio-falloc" => {
+                let job = if quick {
+                    interleaved::Job { files: 64, blocks_per_file: 1024, volume_bytes: 512 << 20 }
+                } else {
+                    interleaved::Job { files: 64, blocks_per_file: 16384, volume_bytes: 8 << 30 }
+                };
+                run_fio_falloc(&job);
+            }
             "fallocate2-core" => {
                 let secs = if quick { 0.3 } else { 2.0 };
                 run_fallocate2(&[1, 2, 8, 64], Duration::from_secs_f64(secs));
@@ -152,6 +197,127 @@ fn run_fallocate2(threads: &[usize], duration: Duration) {
                 r.ns_per_op(),
                 if mx == 0 { 0.0 } else { mn as f64 / mx as f64 }
             );
+        }
+    }
+    println!();
+}
+
+/// The fallocate2 rows: the engine three ways, then kernel ext4.
+const FALLOCATE2_BACKENDS: &[&str] = &["engine", "engine-kernel-placement", "engine-legacy", "kernel-ext4"];
+
+fn run_fallocate2_engine(workers: &[usize], duration: Duration, backends: &[String]) {
+    println!("== fallocate2 (seed 000: each worker appends 8 KiB with fallocate up to 1 MiB, truncates, repeats; 8 GiB volume; one op = one fallocate)");
+    let want = |b: &str| backends.iter().any(|x| x == b);
+    let ext4 = if want("kernel-ext4") {
+        match kernel::Mount::new(kernel::KernelFs::Ext4, 8 << 30, "fallocate2") {
+            Ok(m) => Some(m),
+            Err(why) => {
+                println!("   kernel ext4 skipped: {why}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    println!("{:>8} {:>24} {:>14} {:>14} {:>12}", "workers", "backend", "total ops/s", "per worker", "min/max");
+    let mut first: Vec<(String, f64)> = Vec::new();
+    let mut last: Vec<(String, f64)> = Vec::new();
+    for &n in workers {
+        use mballoc::Concurrency::{Legacy, Scalable};
+        use mballoc_fs::StreamPlacement::{Kernel, PerFile};
+        let variants = [
+            ("engine", Scalable, PerFile),
+            ("engine-kernel-placement", Scalable, Kernel),
+            ("engine-legacy", Legacy, Kernel),
+        ];
+        let mut rows: Vec<(String, fallocate2::Rates)> = variants
+            .iter()
+            .filter(|v| want(v.0))
+            .map(|&(name, c, p)| (name.to_string(), fallocate2::engine(n, duration, c, p)))
+            .collect();
+        if let Some(m) = &ext4 {
+            match fallocate2::kernel(m, n, duration) {
+                Ok(r) => rows.push(("kernel-ext4".into(), r)),
+                Err(e) => println!("   kernel ext4 at {n} workers failed: {e}"),
+            }
+        }
+        if std::env::var_os("MBALLOC_SHOW_WORKERS").is_some() {
+            for (name, r) in &rows {
+                let mut v: Vec<(u64, usize)> = r.per_worker.iter().copied().zip(0..).collect();
+                v.sort_unstable();
+                println!("   {name}: {:?}", &v[v.len().saturating_sub(8)..]);
+            }
+        }
+        for (name, r) in &rows {
+            println!(
+                "{:>8} {:>24} {:>14.0} {:>14.0} {:>12.2}",
+                n,
+                name,
+                r.total_ops_per_s(),
+                r.per_worker_ops_per_s(),
+                r.fairness()
+            );
+        }
+        let totals = rows.iter().map(|(name, r)| (name.clone(), r.total_ops_per_s()));
+        if first.is_empty() {
+            first = totals.collect();
+        } else {
+            last = totals.collect();
+        }
+    }
+    if let Some(top) = workers.last().filter(|_| !last.is_empty()) {
+        for ((name, one), (_, many)) in first.iter().zip(&last) {
+            println!("   {name}: {top} workers give {:.2}x the 1-worker total", many / one);
+        }
+    }
+    if let (Some((_, e)), Some((_, k))) = (first.first(), first.iter().find(|(n, _)| n == "kernel-ext4")) {
+        println!(
+            "   1 worker: engine {:.1}x kernel ext4 (in-process calls vs system calls on a loop-mounted image)",
+            e / k
+        );
+    }
+    println!();
+}
+
+fn run_fio_falloc(job: &interleaved::Job) {
+    use interleaved::Interleave;
+    use mballoc_fs::StreamPlacement;
+    println!(
+        "== fio-falloc (seed 000: {} files x {} MiB appended 4 KiB at a time with fallocate, interleaved; {} GiB volume)",
+        job.files,
+        (job.blocks_per_file * 4096) >> 20,
+        job.volume_bytes as f64 / (1u64 << 30) as f64
+    );
+    println!(
+        "{:>8} {:>22} {:>10} {:>14} {:>12} {:>13} {:>18}",
+        "appends", "backend", "MiB/s", "extents/file", "max extents", "free extents", "avg free extent"
+    );
+    for how in [Interleave::InTurn, Interleave::Threads] {
+        let mut rows: Vec<(&str, interleaved::Outcome)> = vec![
+            ("engine", interleaved::engine(job, how, StreamPlacement::PerFile)),
+            ("engine-kernel-placement", interleaved::engine(job, how, StreamPlacement::Kernel)),
+        ];
+        match interleaved::kernel_ext4(job, how) {
+            Ok(o) => rows.push(("kernel-ext4", o)),
+            Err(why) => println!("   kernel ext4 skipped: {why}"),
+        }
+        for (name, o) in &rows {
+            println!(
+                "{:>8} {:>22} {:>10.0} {:>14.1} {:>12} {:>13} {:>15} KB",
+                how.name(),
+                name,
+                o.mib_per_s(job),
+                o.avg_extents(),
+                o.max_extents(),
+                o.free_extents,
+                o.avg_free_extent_kib
+            );
+        }
+        for (name, o) in &rows {
+            println!("   {name} ({}), free space as e2freefrag shows it:", how.name());
+            for line in o.freefrag.lines().skip_while(|l| !l.starts_with("HISTOGRAM")).skip(2) {
+                println!("     {line}");
+            }
         }
     }
     println!();

@@ -11,10 +11,12 @@
 //! inserted, so freeing the three pieces of a punched extent costs one
 //! record. Groups are spread over independently locked shards, and the
 //! count of pending blocks is one atomic, so frees on different groups never
-//! meet on a lock.
+//! meet on a lock. The legacy configuration keeps one shard: every free on
+//! the volume takes the same lock, as `s_md_lock` did before the kernel's
+//! 2025 series.
 
 use crate::error::{FsError, Result};
-use mballoc::Allocator;
+use mballoc::{Allocator, Concurrency};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,18 +56,28 @@ pub struct Journal {
 
 impl Default for Journal {
     fn default() -> Self {
+        Journal::new(Concurrency::Scalable)
+    }
+}
+
+impl Journal {
+    /// An empty journal whose pending frees are spread over shards
+    /// ([`Concurrency::Scalable`]) or kept under one lock.
+    pub fn new(concurrency: Concurrency) -> Journal {
+        let shards = match concurrency {
+            Concurrency::Scalable => SHARDS,
+            Concurrency::Legacy => 1,
+        };
         Journal {
             running: AtomicU64::new(1),
-            shards: (0..SHARDS).map(|_| Mutex::new(BTreeMap::new())).collect(),
+            shards: (0..shards).map(|_| Mutex::new(BTreeMap::new())).collect(),
             pending: AtomicU64::new(0),
             commit: Mutex::new(JournalStats::default()),
             records: AtomicU64::new(0),
             merges: AtomicU64::new(0),
         }
     }
-}
 
-impl Journal {
     /// The running transaction's id.
     pub fn running_tid(&self) -> u64 {
         self.running.load(Ordering::Acquire)
@@ -90,7 +102,7 @@ impl Journal {
     pub fn defer_free(&self, start: u64, len: u64, group: u32) -> Result<()> {
         assert!(len > 0, "deferring an empty free");
         let tid = self.running_tid();
-        let mut tree = self.shards[group as usize % SHARDS].lock();
+        let mut tree = self.shards[group as usize % self.shards.len()].lock();
         let end = start + len;
         if let Some((&s, r)) = tree.range(..end).next_back() {
             if s + r.len > start {

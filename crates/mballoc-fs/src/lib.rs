@@ -57,12 +57,16 @@ pub mod extent_map;
 mod fs;
 pub mod journal;
 pub mod normalize;
+mod percpu;
 pub mod prealloc;
 pub mod ranges;
 pub mod space;
 
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent};
-pub use fs::{FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsConfig, FsStats};
+pub use fs::{
+    FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsConfig, FsStats, StreamPlacement, APPEND_WINDOW_MAX,
+};
 pub use journal::JournalStats;
+pub use mballoc::Concurrency;
 pub use normalize::{Normalization, PreallocTable};

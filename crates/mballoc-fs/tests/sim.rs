@@ -15,7 +15,10 @@ mod common;
 
 use mballoc::{Geometry, Tunables};
 use mballoc_fs::ranges::RangeSet;
-use mballoc_fs::{FallocateMode, FiemapKind, FileId, Fs, FsConfig, FsError, Normalization, PreallocTable};
+use mballoc_fs::{
+    Concurrency, FallocateMode, FiemapKind, FileId, Fs, FsConfig, FsError, Normalization, PreallocTable,
+    StreamPlacement,
+};
 use rand::Rng;
 use std::collections::BTreeMap;
 
@@ -73,7 +76,7 @@ struct Sim {
 
 impl Sim {
     /// A 16-group volume, or (`tight`) a 4-group one that runs full.
-    fn new(norm: Normalization, mode: Writeback, tight: bool) -> Sim {
+    fn new(norm: Normalization, mode: Writeback, tight: bool, tweak: fn(&mut FsConfig)) -> Sim {
         let total = if tight { 4 * 1024 - 100 } else { 16 * 1024 - 300 };
         let geo = Geometry::with_group_size(4096, 1024, total).unwrap();
         let mut cfg = FsConfig::new(geo);
@@ -84,6 +87,7 @@ impl Sim {
         cfg.commit_interval_ops = 97;
         cfg.reserved = vec![(2000, 40)];
         cfg.dirty_limit_blocks = if mode == Writeback::Explicit { u64::MAX } else { 600 };
+        tweak(&mut cfg);
         Sim {
             fs: Fs::new(cfg).unwrap(),
             files: BTreeMap::new(),
@@ -378,14 +382,14 @@ impl Sim {
     }
 }
 
-fn run(name: &str, norm: fn() -> Normalization, mode: Writeback) {
+fn run(name: &str, norm: fn() -> Normalization, mode: Writeback, tweak: fn(&mut FsConfig)) {
     let base = common::seed(name);
     let seeds = 8 * common::scale();
     let ops = 3000 * common::scale();
     for i in 0..seeds as u64 {
         let seed = base.wrapping_add(i);
         let mut rng = common::rng(seed);
-        let mut sim = Sim::new(norm(), mode, i % 2 == 1);
+        let mut sim = Sim::new(norm(), mode, i % 2 == 1, tweak);
         for op in 0..ops {
             let ctx = format!("{name}: MBALLOC_SEED={seed}, op {op}");
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -406,17 +410,31 @@ fn run(name: &str, norm: fn() -> Normalization, mode: Writeback) {
 
 #[test]
 fn simulation_kernel_windows() {
-    run("simulation_kernel_windows", || Normalization::KernelWindows, Writeback::Explicit);
+    run("simulation_kernel_windows", || Normalization::KernelWindows, Writeback::Explicit, |_| {});
+}
+
+#[test]
+fn simulation_kernel_placement_legacy_locks() {
+    // ext4's own placement of fallocate appends, under the pre-2025 locking.
+    run(
+        "simulation_kernel_placement_legacy_locks",
+        || Normalization::KernelWindows,
+        Writeback::Explicit,
+        |cfg| {
+            cfg.stream_placement = StreamPlacement::Kernel;
+            cfg.concurrency = Concurrency::Legacy;
+        },
+    );
 }
 
 #[test]
 fn simulation_lustre_table() {
     // The ldiskfs shape, scaled to 1,024-block groups.
     let table = || Normalization::Table(PreallocTable::new((2..=9).map(|k| 1 << k).collect(), 64, 256).unwrap());
-    run("simulation_lustre_table", table, Writeback::Explicit);
+    run("simulation_lustre_table", table, Writeback::Explicit, |_| {});
 }
 
 #[test]
 fn simulation_background_writeback() {
-    run("simulation_background_writeback", || Normalization::KernelWindows, Writeback::Background);
+    run("simulation_background_writeback", || Normalization::KernelWindows, Writeback::Background, |_| {});
 }

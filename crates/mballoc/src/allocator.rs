@@ -7,10 +7,10 @@ use crate::geometry::Geometry;
 use crate::group::{summary_of, GroupSlot, GroupTable};
 use crate::order_index::{IndexKind, OrderIndexes};
 use crate::stats::{bump, MbStats, Stats};
+use crate::stream_goal::{Concurrency, StreamGoals};
 use crate::tunables::{AtomicTunables, OptimizeScan, Tunables};
-use crossbeam_utils::CachePadded;
 use parking_lot::MutexGuard;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// A run of blocks: `[start, start + len)`.
@@ -163,6 +163,7 @@ pub struct AllocatorBuilder {
     tunables: Tunables,
     reserved: Vec<(u64, u64)>,
     stream_goals: Option<u32>,
+    concurrency: Concurrency,
 }
 
 impl AllocatorBuilder {
@@ -179,6 +180,12 @@ impl AllocatorBuilder {
     /// Number of stream goals (default `min(CPUs, ceil(groups / 4))`).
     pub fn stream_goals(mut self, n: u32) -> Self {
         self.stream_goals = Some(n);
+        self
+    }
+    /// How shared state is synchronised (default [`Concurrency::Scalable`];
+    /// [`Concurrency::Legacy`] has one stream goal whatever `stream_goals` says).
+    pub fn concurrency(mut self, c: Concurrency) -> Self {
+        self.concurrency = c;
         self
     }
     /// Build the allocator. Untouched groups cost no bitmap memory. The
@@ -224,7 +231,11 @@ impl AllocatorBuilder {
             reserved: merged,
             tunables: AtomicTunables::new(self.tunables),
             stats: Stats::new(),
-            stream_goals: (0..nstreams).map(|_| CachePadded::new(AtomicU32::new(0))).collect(),
+            stream_goals: match self.concurrency {
+                Concurrency::Scalable => StreamGoals::sharded(nstreams),
+                Concurrency::Legacy => StreamGoals::locked(),
+            },
+            concurrency: self.concurrency,
             initial_free: AtomicU64::new(initial_free),
         };
         let mut newly_reserved = 0u64;
@@ -308,7 +319,8 @@ pub struct Allocator {
     reserved: Vec<(u64, u64)>,
     tunables: AtomicTunables,
     stats: Stats,
-    stream_goals: Box<[CachePadded<AtomicU32>]>,
+    stream_goals: StreamGoals,
+    concurrency: Concurrency,
     initial_free: AtomicU64,
 }
 
@@ -366,7 +378,13 @@ impl Allocator {
 
     /// A builder for tunables, reserved ranges and stream goals.
     pub fn builder(geo: Geometry) -> AllocatorBuilder {
-        AllocatorBuilder { geo, tunables: Tunables::default(), reserved: Vec::new(), stream_goals: None }
+        AllocatorBuilder {
+            geo,
+            tunables: Tunables::default(),
+            reserved: Vec::new(),
+            stream_goals: None,
+            concurrency: Concurrency::default(),
+        }
     }
 
     /// The volume's geometry.
@@ -400,6 +418,11 @@ impl Allocator {
     /// but the lab wants between runs).
     pub fn reset_stats(&self) {
         self.stats.reset();
+    }
+
+    /// Number of stream goals.
+    pub fn concurrency(&self) -> Concurrency {
+        self.concurrency
     }
 
     /// Number of stream goals.
@@ -589,9 +612,9 @@ impl Allocator {
             }
         }
         if let Some(key) = ctx.stream {
-            let slot = (key % self.stream_goals.len() as u64) as usize;
+            let slot = self.stream_goals.slot(key);
             ctx.stream_slot = Some(slot);
-            ctx.start_group = self.stream_goals[slot].load(Ordering::Relaxed);
+            ctx.start_group = self.stream_goals.load(slot);
         }
         ctx.cr = Some(if ctx.two_order > 0 { Criterion::PowerOf2Aligned } else { Criterion::GoalLenFast });
         loop {
@@ -749,7 +772,7 @@ impl Allocator {
             return;
         }
         let slot = self.groups.slot(g);
-        let mut guard = if cr == Criterion::AnyFree {
+        let mut guard = if cr == Criterion::AnyFree || self.concurrency == Concurrency::Legacy {
             slot.lock.lock()
         } else {
             // With many groups "any good group will do": never wait for a busy one.
@@ -868,7 +891,7 @@ impl Allocator {
         ctx.result = Some((Extent { start, len }, FoundBy::Pass(cr)));
         ctx.status = Status::Found;
         if let Some(slot) = ctx.stream_slot {
-            self.stream_goals[slot].store(g, Ordering::Relaxed);
+            self.stream_goals.store(slot, g);
         }
     }
 

@@ -115,7 +115,10 @@ pub mod geometry;
 mod group;
 pub mod order_index;
 pub mod report;
+mod spread;
 pub mod stats;
+mod stream_goal;
+mod sync;
 pub mod tunables;
 
 pub use allocator::{AllocKind, AllocRequest, Allocation, Allocator, AllocatorBuilder, Extent, FoundBy, GoalPolicy};
@@ -124,4 +127,5 @@ pub use criteria::{Criterion, GroupSummary};
 pub use error::{Error, Result};
 pub use geometry::Geometry;
 pub use stats::MbStats;
+pub use stream_goal::Concurrency;
 pub use tunables::{OptimizeScan, Tunables};

@@ -14,7 +14,8 @@
 //! Readers may see a group a moment late or early: every candidate is
 //! re-checked under its lock, exactly as the kernel tolerates stale lists.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64};
+use std::sync::atomic::Ordering;
 
 /// One set of groups.
 pub struct GroupSet {
@@ -295,5 +296,81 @@ mod tests {
         assert_eq!(seen, vec![c, d, g, h, a, b, e, f]);
         assert_eq!(idx.first_at_least(IndexKind::LargestFreeOrder, 2, 76, 100), Some(e));
         assert_eq!(idx.first_at_least(IndexKind::LargestFreeOrder, 1, 61, 100), Some(g));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+    use std::sync::Arc;
+
+    /// The race the summary word exists for: one thread removes the last
+    /// member of a leaf word while another inserts a neighbour into it. The
+    /// summary bit must survive, or the new member becomes invisible.
+    #[test]
+    fn remove_and_insert_in_one_word_keep_the_summary() {
+        loom::model(|| {
+            let set = Arc::new(GroupSet::new(128));
+            set.insert(3);
+            let remover = {
+                let set = Arc::clone(&set);
+                thread::spawn(move || assert!(set.remove(3)))
+            };
+            let inserter = {
+                let set = Arc::clone(&set);
+                thread::spawn(move || assert!(set.insert(40)))
+            };
+            remover.join().unwrap();
+            inserter.join().unwrap();
+            assert_eq!(set.next_in(0, 128), Some(40));
+            assert_eq!(set.len(), 1);
+            assert!(!set.contains(3));
+        });
+    }
+
+    /// A reader walking while a writer moves a group between words sees only
+    /// real members, inside the range it asked for.
+    #[test]
+    fn readers_see_only_members() {
+        loom::model(|| {
+            let set = Arc::new(GroupSet::new(256));
+            set.insert(10);
+            let writer = {
+                let set = Arc::clone(&set);
+                thread::spawn(move || {
+                    set.insert(200);
+                    set.remove(10);
+                })
+            };
+            let found = set.next_in(5, 256);
+            assert!(matches!(found, Some(10) | Some(200)), "reader found {found:?}");
+            writer.join().unwrap();
+            assert_eq!(set.next_in(0, 256), Some(200));
+            assert_eq!(set.next_in(0, 200), None);
+        });
+    }
+
+    /// The member count stays exact while a range insert and single
+    /// removals of other words run at once.
+    #[test]
+    fn member_count_is_exact() {
+        loom::model(|| {
+            let set = Arc::new(GroupSet::new(192));
+            set.insert(130);
+            let ranger = {
+                let set = Arc::clone(&set);
+                thread::spawn(move || set.insert_range(60, 70))
+            };
+            let remover = {
+                let set = Arc::clone(&set);
+                thread::spawn(move || assert!(set.remove(130)))
+            };
+            ranger.join().unwrap();
+            remover.join().unwrap();
+            assert_eq!(set.len(), 10);
+            assert_eq!(set.next_in(0, 192), Some(60));
+            assert_eq!(set.next_in(70, 192), None);
+        });
     }
 }

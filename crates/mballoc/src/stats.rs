@@ -121,7 +121,7 @@ thread_local! {
 impl Stats {
     pub(crate) fn new() -> Stats {
         let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let n = (cpus * 2).next_power_of_two().clamp(4, 64);
+        let n = (cpus * 2).next_power_of_two().clamp(64, 64);
         Stats { shards: (0..n).map(|_| CachePadded::new(Shard::default())).collect() }
     }
 

@@ -2,7 +2,7 @@
 //! through the file's preallocation, the CPU's locality group, or a
 //! normalized window from the allocator.
 
-use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize};
+use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize, StreamPlacement};
 use crate::extent_map::ExtentState;
 use crate::normalize::{placement, window, Neighbours, Placement, RequestShape, WindowGeometry};
 use crate::prealloc::GroupPa;
@@ -35,7 +35,7 @@ impl Fs {
                         // preallocations or in the running transaction.
                         attempts += 1;
                         assert!(attempts <= 16, "no blocks for a promised range at logical {l} of inode {}", ino.id);
-                        inc(&self.counters.reclaims, 1);
+                        inc(&self.counters.local().reclaims, 1);
                         self.discard_preallocations();
                         self.commit();
                     }
@@ -72,8 +72,8 @@ impl Fs {
         let (pa_bounds, len) = {
             let mut pas = node.pas.lock();
             if let Some((p, got)) = pas.take(l, len) {
-                self.pa_free.fetch_sub(u64::from(got), Ordering::AcqRel);
-                inc(&self.counters.inode_pa_hits, 1);
+                self.pa_free.local().fetch_sub(i64::from(got), Ordering::AcqRel);
+                inc(&self.counters.local().inode_pa_hits, 1);
                 return Some((p, got));
             }
             // Stop where the next window of the file begins: those blocks
@@ -85,6 +85,12 @@ impl Fs {
             RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
         let t = self.alloc.tunables();
         let place = placement(&self.cfg.normalization, t.mb_stream_req, t.mb_group_prealloc, &shape);
+        if normalize == Normalize::No
+            && place != Placement::NoPrealloc
+            && self.cfg.stream_placement == StreamPlacement::PerFile
+        {
+            return self.allocate_appending(node, ino, l, len, place, pa_bounds.1);
+        }
         let goal = self.goal(ino, l);
         if place == Placement::LocalityGroup {
             return self.allocate_from_group(len, goal, t.mb_group_prealloc, normalize);
@@ -97,13 +103,13 @@ impl Fs {
         if let Some(k) = stream {
             req = req.stream(k);
         }
-        inc(&self.counters.alloc_requests, 1);
+        inc(&self.counters.local().alloc_requests, 1);
         self.alloc.allocate(&req).ok().map(|a| (a.extent.start, a.extent.len))
     }
 
     /// Whether a window of `len` blocks may be taken now: a preallocation
     /// never eats into blocks promised to others.
-    fn may_preallocate(&self, len: u32) -> bool {
+    pub(super) fn may_preallocate(&self, len: u32) -> bool {
         self.alloc.free_blocks() >= self.space.reserved() + u64::from(len)
     }
 
@@ -118,20 +124,20 @@ impl Fs {
         let lg = &self.lgs[cpu_slot() % self.lgs.len()];
         let mut lg = lg.lock();
         if let Some((start, trimmed)) = lg.take(len, goal) {
-            self.pa_free.fetch_sub(u64::from(len), Ordering::AcqRel);
-            inc(&self.counters.group_pa_hits, 1);
+            self.pa_free.local().fetch_sub(i64::from(len), Ordering::AcqRel);
+            inc(&self.counters.local().group_pa_hits, 1);
             self.give_back(trimmed.iter().map(GroupPa::run));
             return Some((start, len));
         }
         let window = group_prealloc.max(len);
         let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
-        inc(&self.counters.alloc_requests, 1);
+        inc(&self.counters.local().alloc_requests, 1);
         let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
         let got = a.extent.len.min(len);
         let surplus = a.extent.len - got;
         if surplus > 0 {
             self.prealloc(surplus.into());
-            inc(&self.counters.group_pas_created, 1);
+            inc(&self.counters.local().group_pas_created, 1);
             let trimmed = lg.add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
             self.give_back(trimmed.iter().map(GroupPa::run));
         }
@@ -173,7 +179,7 @@ impl Fs {
         if let Some(k) = stream {
             req = req.stream(k);
         }
-        inc(&self.counters.alloc_requests, 1);
+        inc(&self.counters.local().alloc_requests, 1);
         let a = self.alloc.allocate(&req).ok()?;
         let got = a.extent.len;
         if got <= own {
@@ -193,9 +199,9 @@ impl Fs {
         let mut pas = node.pas.lock();
         pas.insert(lstart, a.extent.start, got);
         self.prealloc(u64::from(got));
-        inc(&self.counters.inode_pas_created, 1);
+        inc(&self.counters.local().inode_pas_created, 1);
         let (p, n) = pas.take(l, own).expect("a new preallocation covers its request");
-        self.pa_free.fetch_sub(u64::from(n), Ordering::AcqRel);
+        self.pa_free.local().fetch_sub(i64::from(n), Ordering::AcqRel);
         Some((p, n))
     }
 }

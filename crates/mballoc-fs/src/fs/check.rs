@@ -33,7 +33,7 @@ impl Fs {
         let mut reserved = 0u64;
         let mut dirty = 0u64;
         let mut pa_free = 0u64;
-        let nodes: Vec<(u64, Arc<FileNode>)> = self.files.read().iter().map(|(&k, v)| (k, v.clone())).collect();
+        let nodes: Vec<(u64, Arc<FileNode>)> = self.files.entries();
         for (id, node) in nodes {
             let ino = node.inode.lock();
             for e in ino.map.iter() {

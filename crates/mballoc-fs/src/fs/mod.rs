@@ -3,19 +3,22 @@
 
 mod alloc_path;
 mod check;
+mod streams;
+
+pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
 
 use crate::error::{FsError, Result};
 use crate::extent_map::{ExtentMap, ExtentState, MappedExtent, MAX_UNWRITTEN_LEN};
 use crate::journal::{Journal, JournalStats};
 use crate::normalize::{Normalization, MAX_LOGICAL_BLOCKS};
+use crate::percpu::{cpu_slot, FileTable, PerCpu};
 use crate::prealloc::{GroupPa, InodePas, LocalityGroup};
 use crate::ranges::RangeSet;
 use crate::space::Space;
-use mballoc::{Allocator, Geometry, Tunables};
-use parking_lot::{Mutex, RwLock};
-use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use mballoc::{Allocator, Concurrency, Geometry, Tunables};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A file's number (its inode number). Numbers are never reused.
@@ -84,6 +87,10 @@ pub struct FsConfig {
     pub reserved: Vec<(u64, u64)>,
     /// Stream goals (default `min(CPUs, groups / 4)`).
     pub stream_goals: Option<u32>,
+    /// Lock-free, sharded shared state, or the pre-2025 kernel's locks.
+    pub concurrency: Concurrency,
+    /// Placement of fallocate appends: per-file streams or ext4's.
+    pub stream_placement: StreamPlacement,
 }
 
 impl FsConfig {
@@ -101,6 +108,8 @@ impl FsConfig {
             commit_interval_ops: 1000,
             reserved: Vec::new(),
             stream_goals: None,
+            concurrency: Concurrency::Scalable,
+            stream_placement: StreamPlacement::PerFile,
         }
     }
 }
@@ -184,33 +193,18 @@ pub struct Fs {
     alloc: Allocator,
     cfg: FsConfig,
     block_bits: u32,
-    files: RwLock<HashMap<u64, Arc<FileNode>>>,
+    files: FileTable<Arc<FileNode>>,
     next_ino: AtomicU64,
     lgs: Vec<Mutex<LocalityGroup>>,
     journal: Journal,
     space: Space,
-    pa_free: AtomicU64,
+    pa_free: PerCpu<AtomicI64>,
     dirty: AtomicU64,
     dirty_files: Mutex<VecDeque<u64>>,
     ops: AtomicU64,
+    local_ops: PerCpu<AtomicU64>,
     metadata_blocks: u64,
-    counters: Counters,
-}
-
-static NEXT_CPU: AtomicUsize = AtomicUsize::new(0);
-thread_local! {
-    static CPU: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// The calling thread's CPU slot: threads are numbered in order of first use.
-fn cpu_slot() -> usize {
-    CPU.with(|c| {
-        c.get().unwrap_or_else(|| {
-            let n = NEXT_CPU.fetch_add(1, Ordering::Relaxed);
-            c.set(Some(n));
-            n
-        })
-    })
+    counters: PerCpu<Counters>,
 }
 
 /// Whether requests may grow into preallocation windows.
@@ -238,7 +232,7 @@ impl Fs {
                 )));
             }
         }
-        let mut b = Allocator::builder(cfg.geometry).tunables(cfg.tunables);
+        let mut b = Allocator::builder(cfg.geometry).tunables(cfg.tunables).concurrency(cfg.concurrency);
         for &(s, l) in &cfg.reserved {
             b = b.reserve(s, l);
         }
@@ -247,21 +241,23 @@ impl Fs {
         }
         let alloc = b.build()?;
         let free = alloc.free_blocks();
+        let concurrency = cfg.concurrency;
         Ok(Fs {
             block_bits: cfg.geometry.block_size().trailing_zeros(),
             metadata_blocks: cfg.geometry.total_blocks() - free,
             lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
             alloc,
             cfg,
-            files: RwLock::new(HashMap::new()),
+            files: FileTable::new(),
             next_ino: AtomicU64::new(FIRST_INO),
-            journal: Journal::default(),
+            journal: Journal::new(concurrency),
             space: Space::new(free),
-            pa_free: AtomicU64::new(0),
+            pa_free: PerCpu::default(),
             dirty: AtomicU64::new(0),
             dirty_files: Mutex::new(VecDeque::new()),
             ops: AtomicU64::new(0),
-            counters: Counters::default(),
+            local_ops: PerCpu::default(),
+            counters: PerCpu::default(),
         })
     }
 
@@ -298,7 +294,7 @@ impl Fs {
 
     /// Unused blocks held in preallocations.
     pub fn preallocated_blocks(&self) -> u64 {
-        self.pa_free.load(Ordering::Acquire)
+        self.pa_free.iter().map(|s| s.load(Ordering::Acquire)).sum::<i64>() as u64
     }
 
     /// Blocks freed by the running transaction, not yet reusable.
@@ -313,32 +309,31 @@ impl Fs {
 
     /// Counters so far.
     pub fn stats(&self) -> FsStats {
-        let c = &self.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let sum = |f: fn(&Counters) -> &AtomicU64| self.counters.iter().map(|c| f(c).load(Ordering::Relaxed)).sum();
         FsStats {
-            alloc_requests: l(&c.alloc_requests),
-            inode_pa_hits: l(&c.inode_pa_hits),
-            group_pa_hits: l(&c.group_pa_hits),
-            inode_pas_created: l(&c.inode_pas_created),
-            group_pas_created: l(&c.group_pas_created),
-            preallocated: l(&c.preallocated),
-            discarded: l(&c.discarded),
-            writeback_runs: l(&c.writeback_runs),
-            reclaims: l(&c.reclaims),
+            alloc_requests: sum(|c| &c.alloc_requests),
+            inode_pa_hits: sum(|c| &c.inode_pa_hits),
+            group_pa_hits: sum(|c| &c.group_pa_hits),
+            inode_pas_created: sum(|c| &c.inode_pas_created),
+            group_pas_created: sum(|c| &c.group_pas_created),
+            preallocated: sum(|c| &c.preallocated),
+            discarded: sum(|c| &c.discarded),
+            writeback_runs: sum(|c| &c.writeback_runs),
+            reclaims: sum(|c| &c.reclaims),
             journal: self.journal.stats(),
         }
     }
 
     /// Ids of the files that exist, ascending.
     pub fn files(&self) -> Vec<FileId> {
-        let mut v: Vec<FileId> = self.files.read().keys().map(|&k| FileId(k)).collect();
+        let mut v: Vec<FileId> = self.files.entries().into_iter().map(|(k, _)| FileId(k)).collect();
         v.sort_unstable();
         v
     }
 
     fn node(&self, f: FileId) -> Result<Arc<FileNode>> {
-        if let Some(n) = self.files.read().get(&f.0) {
-            return Ok(n.clone());
+        if let Some(n) = self.files.get(f.0) {
+            return Ok(n);
         }
         if f.0 >= FIRST_INO && f.0 < self.next_ino.load(Ordering::Acquire) {
             Err(FsError::Unlinked(f))
@@ -379,8 +374,21 @@ impl Fs {
 
     /// Count an operation; commit when the interval is reached.
     fn tick(&self) {
-        let n = self.ops.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.cfg.commit_interval_ops > 0 && n % self.cfg.commit_interval_ops == 0 {
+        let interval = self.cfg.commit_interval_ops;
+        if interval == 0 {
+            return;
+        }
+        // Operations are counted per CPU and added to the shared count in
+        // batches, so the count costs no shared write per operation; a
+        // commit comes when the shared count crosses a multiple of the
+        // interval, within a batch per CPU of it.
+        let batch = (interval / 16).clamp(1, 64);
+        let local = self.local_ops.local().fetch_add(1, Ordering::Relaxed) + 1;
+        if local % batch != 0 {
+            return;
+        }
+        let before = self.ops.fetch_add(batch, Ordering::Relaxed);
+        if before / interval != (before + batch) / interval {
             self.commit();
         }
     }
@@ -408,7 +416,7 @@ impl Fs {
             unlinked: false,
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
-        self.files.write().insert(id, node);
+        self.files.insert(id, node);
         self.tick();
         Ok(FileId(id))
     }
@@ -480,7 +488,7 @@ impl Fs {
             return Err(FsError::Unlinked(f));
         }
         ino.unlinked = true;
-        self.files.write().remove(&f.0);
+        self.files.remove(f.0);
         self.cut(&mut ino, 0, u64::MAX);
         self.discard_inode_pas(&node);
         drop(ino);
@@ -654,7 +662,7 @@ impl Fs {
             let runs = lg.lock().drain();
             n += self.give_back(runs.iter().map(GroupPa::run));
         }
-        let nodes: Vec<Arc<FileNode>> = self.files.read().values().cloned().collect();
+        let nodes: Vec<Arc<FileNode>> = self.files.entries().into_iter().map(|(_, n)| n).collect();
         for node in nodes {
             n += self.discard_inode_pas(&node);
         }
@@ -669,7 +677,7 @@ impl Fs {
         let target = self.cfg.dirty_limit_blocks / 2;
         while self.dirty.load(Ordering::Acquire) > target {
             let Some(id) = self.dirty_files.lock().pop_front() else { break };
-            let Some(node) = self.files.read().get(&id).cloned() else { continue };
+            let Some(node) = self.files.get(id) else { continue };
             let mut ino = node.inode.lock();
             if !ino.unlinked {
                 self.flush(&node, &mut ino);
@@ -682,7 +690,7 @@ impl Fs {
     fn flush(&self, node: &FileNode, ino: &mut Inode) {
         let delayed = std::mem::take(&mut ino.delayed);
         for (s, e) in delayed.iter() {
-            inc(&self.counters.writeback_runs, 1);
+            inc(&self.counters.local().writeback_runs, 1);
             self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
         }
         let converted = std::mem::take(&mut ino.dirty_unwritten);
@@ -736,16 +744,16 @@ impl Fs {
             n += len;
         }
         if n > 0 {
-            self.pa_free.fetch_sub(n, Ordering::AcqRel);
-            inc(&self.counters.discarded, n);
+            self.pa_free.local().fetch_sub(n as i64, Ordering::AcqRel);
+            inc(&self.counters.local().discarded, n);
             self.alloc.note_preallocation(0, n);
         }
         n
     }
 
-    fn prealloc(&self, n: u64) {
-        self.pa_free.fetch_add(n, Ordering::AcqRel);
-        inc(&self.counters.preallocated, n);
+    pub(super) fn prealloc(&self, n: u64) {
+        self.pa_free.local().fetch_add(n as i64, Ordering::AcqRel);
+        inc(&self.counters.local().preallocated, n);
         self.alloc.note_preallocation(n, 0);
     }
 }

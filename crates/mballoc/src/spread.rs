@@ -1,0 +1,122 @@
+//! Where a new stream should begin.
+//!
+//! The kernel starts every stream where the last one of its goal slot
+//! landed, and takes the first free chunk there. With more streams than
+//! slots, streams that append in turn then take blocks in turn: 64 files
+//! appended 4 KiB at a time end up interleaved block by block, thousands of
+//! extents each. [`Allocator::stream_start`] instead gives a new stream room
+//! to grow: the first block of a group nobody uses, or, when every group is
+//! in use, the middle of the largest free run among the roomiest groups, so
+//! the stream and the one below it each get half. A start is only a goal:
+//! the caller asks for it with [`GoalPolicy::Only`](crate::GoalPolicy) and
+//! picks again if another thread got there first.
+
+use crate::allocator::Allocator;
+use crate::order_index::IndexKind;
+
+/// Groups whose summaries are read in search of an unused group.
+const EMPTY_CANDIDATES: u32 = 64;
+/// Partly used groups compared for their free space.
+const PARTIAL_CANDIDATES: u32 = 8;
+
+impl Allocator {
+    /// A block where a new stream of at least `len` blocks has the most room,
+    /// searching from group `from` onwards (wrapping), or `None` when no group
+    /// has a free run of `len` blocks. Reads summaries without locks and
+    /// locks at most one group; nothing is allocated.
+    ///
+    /// ```
+    /// use mballoc::{Allocator, AllocRequest, Geometry};
+    /// let a = Allocator::new(Geometry::with_group_size(4096, 1024, 4096)?)?;
+    /// a.allocate(&AllocRequest::new(8).goal_only(0))?; // a stream in group 0
+    /// assert_eq!(a.stream_start(0, 8), Some(1024));  // the next one gets group 1
+    /// # Ok::<(), mballoc::Error>(())
+    /// ```
+    pub fn stream_start(&self, from: u32, len: u32) -> Option<u64> {
+        let geo = *self.geometry();
+        let n = geo.groups();
+        let from = from % n;
+        let top = geo.num_orders() - 1;
+        let lowest = (31 - len.max(1).leading_zeros()) as usize;
+        let prefix = geo.reserved_per_group();
+
+        // An unused group: its whole length is room.
+        let mut seen = 0;
+        let mut empty = None;
+        self.order_indexes().walk_linear_like(IndexKind::LargestFreeOrder, top..=top, from, n, |g| {
+            seen += 1;
+            if self.group_summary(g).free == geo.group_len(g) - prefix && geo.group_len(g) - prefix >= len {
+                empty = Some(g);
+            }
+            empty.is_some() || seen >= EMPTY_CANDIDATES
+        });
+        if let Some(g) = empty {
+            return Some(geo.group_first_block(g) + u64::from(prefix));
+        }
+
+        // Otherwise the roomiest of the first few groups with the largest
+        // chunks, and the middle of its largest run.
+        let mut best: Option<(u32, u32)> = None;
+        let mut seen = 0;
+        for order in (lowest.min(top)..=top).rev() {
+            self.order_indexes().walk_linear_like(IndexKind::LargestFreeOrder, order..=order, from, n, |g| {
+                seen += 1;
+                let free = self.group_summary(g).free;
+                if best.map_or(true, |(_, f)| free > f) {
+                    best = Some((g, free));
+                }
+                seen >= PARTIAL_CANDIDATES
+            });
+            if best.is_some() {
+                break;
+            }
+        }
+        self.room_in_group(best?.0, len)
+    }
+
+    /// Where in group `g` a run of at least `len` blocks has the most room:
+    /// the middle of the group's largest free run (its start if the run
+    /// begins the group or is too short to halve), or `None` when no run of
+    /// `len` blocks is left. Locks the group to read its runs.
+    ///
+    /// ```
+    /// use mballoc::{Allocator, AllocRequest, Geometry};
+    /// let a = Allocator::new(Geometry::with_group_size(4096, 1024, 1024)?)?;
+    /// a.allocate(&AllocRequest::new(4).goal_only(0))?;
+    /// assert_eq!(a.room_in_group(0, 4), Some(4 + 510)); // halves [4, 1024)
+    /// # Ok::<(), mballoc::Error>(())
+    /// ```
+    pub fn room_in_group(&self, g: u32, len: u32) -> Option<u64> {
+        let geo = *self.geometry();
+        if g >= geo.groups() {
+            return None;
+        }
+        let (start, run) = self.with_group(g, |b| b.free_runs().max_by_key(|&(s, l)| (l, std::cmp::Reverse(s))))?;
+        if run < len {
+            return None;
+        }
+        // A run that starts inside the group follows someone's blocks: leave
+        // that owner the lower half. Never split below the request itself.
+        let offset = if start > geo.reserved_per_group() && run / 2 >= len { start + run / 2 } else { start };
+        Some(geo.group_first_block(g) + u64::from(offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AllocRequest, Allocator, Geometry};
+
+    #[test]
+    fn unused_groups_first_then_halves() {
+        let a = Allocator::new(Geometry::with_group_size(4096, 1024, 2048).unwrap()).unwrap();
+        assert_eq!(a.stream_start(0, 4), Some(0));
+        a.allocate(&AllocRequest::new(4).goal_only(0)).unwrap();
+        assert_eq!(a.stream_start(0, 4), Some(1024));
+        a.allocate(&AllocRequest::new(4).goal_only(1024)).unwrap();
+        // Both groups used: the middle of group 0's run [4, 1024).
+        assert_eq!(a.stream_start(0, 4), Some(4 + 510));
+        // A request larger than half the run takes the run's start.
+        assert_eq!(a.stream_start(0, 600), Some(4));
+        assert_eq!(a.stream_start(0, 1021), None);
+    }
+}
