@@ -145,7 +145,7 @@ fn lab_run(scenarios: Vec<String>, quick: bool, seed: u64) -> Result<()> {
             anyhow::bail!("unknown scenario {n:?}; `mballoc lab list` names them");
         }
     }
-    println!("mballoc lab: engine scenarios (seed {seed}{})\n", if quick { ", quick" } else { "" });
+    println!("mballoc lab (seed {seed}{})\n", if quick { ", quick" } else { "" });
     for n in names {
         match n {
             "fallocate2" => {

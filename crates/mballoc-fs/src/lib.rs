@@ -47,10 +47,26 @@
 //!    not need becomes a preallocation. A preallocation is never taken out
 //!    of blocks that reservations need.
 //!
-//! Concurrency: each file has a lock for its data (ext4's `i_data_sem`) and
-//! a separate one for its windows, each locality group a lock, pending frees
-//! a lock per shard of groups; the allocator below has a lock per group. A
-//! thread holds at most its own file's locks plus one leaf lock at a time.
+//! `fallocate` appends are not normalized (ext4 does not grow a one-extent
+//! fallocate). Under [`StreamPlacement::PerFile`], the default, each
+//! appending file continues its own last block with a window as large as
+//! the file, and moves to where it has room when another file took its next
+//! block; under [`StreamPlacement::Kernel`] they get ext4's placement and
+//! interleave block by block.
+//!
+//! ## Concurrency
+//!
+//! Each file has a lock for its data (ext4's `i_data_sem`) and a separate
+//! one for its windows, each locality group a lock, pending frees a lock per
+//! shard of groups; the allocator below has a lock per group. A thread holds
+//! at most its own file's locks plus one leaf lock at a time. The file table
+//! is split by inode number, and the space counters, statistics and the
+//! operation count per CPU (the kernel's percpu counters): a claim takes
+//! from the CPU's own pool and drains every pool under one lock only when
+//! the shared count runs short, so NoSpace is still exact. An `fallocate`
+//! that hits its file's window writes no cache line another CPU uses.
+//! [`Concurrency::Legacy`] keeps pending frees under one lock and makes the
+//! allocator block on group locks with a single locked stream goal.
 
 pub mod error;
 pub mod extent_map;

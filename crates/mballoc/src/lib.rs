@@ -70,6 +70,20 @@
 //! ascending order, check everything, then change everything: an operation
 //! either happens whole or returns an [`Error`] and changes nothing.
 //!
+//! [`Concurrency::Legacy`] reproduces the kernel before its 2025 series, to
+//! measure against on the same machine: one stream goal under one lock and
+//! every group lock waited for. The lock-free pieces (order index sets,
+//! stream goals) have loom models (`RUSTFLAGS="--cfg loom" cargo test -p
+//! mballoc --lib loom_tests`).
+//!
+//! ## New streams
+//!
+//! Beyond the kernel, [`Allocator::stream_start`] says where a new stream
+//! has the most room (an unused group, else the middle of the largest free
+//! run among the roomiest groups) and [`Allocator::room_in_group`] does the
+//! same inside one group. The file layer uses them to keep files appended at
+//! the same time apart; the allocator itself never places by them.
+//!
 //! ## Memory
 //!
 //! A group that was never touched has no bitmap: its state is a shared

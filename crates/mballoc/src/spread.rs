@@ -75,15 +75,18 @@ impl Allocator {
     }
 
     /// Where in group `g` a run of at least `len` blocks has the most room:
-    /// the middle of the group's largest free run (its start if the run
-    /// begins the group or is too short to halve), or `None` when no run of
-    /// `len` blocks is left. Locks the group to read its runs.
+    /// the group's first largest aligned free chunk (the buddy knows it at
+    /// once), or its middle when the chunk directly follows used blocks, so
+    /// their owner keeps room to grow. `None` when no chunk of `len` blocks
+    /// is left. Locks the group briefly.
     ///
     /// ```
     /// use mballoc::{Allocator, AllocRequest, Geometry};
     /// let a = Allocator::new(Geometry::with_group_size(4096, 1024, 1024)?)?;
     /// a.allocate(&AllocRequest::new(4).goal_only(0))?;
-    /// assert_eq!(a.room_in_group(0, 4), Some(4 + 510)); // halves [4, 1024)
+    /// assert_eq!(a.room_in_group(0, 4), Some(512)); // the upper half is free
+    /// a.allocate(&AllocRequest::new(4).goal_only(512))?;
+    /// assert_eq!(a.room_in_group(0, 4), Some(256)); // [256, 512) follows free blocks
     /// # Ok::<(), mballoc::Error>(())
     /// ```
     pub fn room_in_group(&self, g: u32, len: u32) -> Option<u64> {
@@ -91,13 +94,16 @@ impl Allocator {
         if g >= geo.groups() {
             return None;
         }
-        let (start, run) = self.with_group(g, |b| b.free_runs().max_by_key(|&(s, l)| (l, std::cmp::Reverse(s))))?;
-        if run < len {
-            return None;
-        }
-        // A run that starts inside the group follows someone's blocks: leave
-        // that owner the lower half. Never split below the request itself.
-        let offset = if start > geo.reserved_per_group() && run / 2 >= len { start + run / 2 } else { start };
+        let prefix = geo.reserved_per_group();
+        let offset = self.with_group(g, |b| {
+            let order = u32::try_from(b.info().largest_free_order).ok()?;
+            let (start, chunk) = b.first_chunk_at_least(order)?;
+            if chunk < len {
+                return None;
+            }
+            let follows_data = start > prefix && b.is_used(start - 1);
+            Some(if follows_data && chunk / 2 >= len { start + chunk / 2 } else { start })
+        })?;
         Some(geo.group_first_block(g) + u64::from(offset))
     }
 }
@@ -113,10 +119,14 @@ mod tests {
         a.allocate(&AllocRequest::new(4).goal_only(0)).unwrap();
         assert_eq!(a.stream_start(0, 4), Some(1024));
         a.allocate(&AllocRequest::new(4).goal_only(1024)).unwrap();
-        // Both groups used: the middle of group 0's run [4, 1024).
-        assert_eq!(a.stream_start(0, 4), Some(4 + 510));
-        // A request larger than half the run takes the run's start.
-        assert_eq!(a.stream_start(0, 600), Some(4));
-        assert_eq!(a.stream_start(0, 1021), None);
+        // Both groups used: group 0's largest chunk, [512, 1024), follows
+        // free blocks, so its start.
+        assert_eq!(a.stream_start(0, 4), Some(512));
+        a.allocate(&AllocRequest::new(4).goal_only(512)).unwrap();
+        // The largest chunk left, [768, 1024), follows free blocks: its start.
+        a.allocate(&AllocRequest::new(260).goal_only(4)).unwrap();
+        assert_eq!(a.room_in_group(0, 4), Some(768));
+        // Nothing of 600 blocks is left anywhere.
+        assert_eq!(a.stream_start(0, 600), None);
     }
 }
