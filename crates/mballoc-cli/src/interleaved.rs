@@ -85,19 +85,6 @@ fn drive<F: Fn(usize, u64) + Send + Sync + 'static>(job: &Job, how: Interleave, 
     start.elapsed()
 }
 
-/// Extents as filefrag counts them: runs contiguous both logically and physically.
-fn fragments(fs: &Fs, f: FileId) -> u64 {
-    let mut n = 0;
-    let mut next: Option<(u64, u64)> = None;
-    for e in fs.extents(f).expect("live file") {
-        if next != Some((e.logical, e.physical)) {
-            n += 1;
-        }
-        next = Some((e.logical + u64::from(e.len), e.physical + u64::from(e.len)));
-    }
-    n
-}
-
 /// The engine with the given placement.
 pub fn engine(job: &Job, how: Interleave, placement: StreamPlacement) -> Outcome {
     let mut cfg = FsConfig::new(Geometry::new(4096, job.volume_bytes / BLOCK).expect("geometry"));
@@ -117,7 +104,7 @@ pub fn engine(job: &Job, how: Interleave, placement: StreamPlacement) -> Outcome
     let h: FreeSpaceHistogram = fs.allocator().free_space_histogram();
     Outcome {
         elapsed,
-        extents: ids.iter().map(|&f| fragments(&fs, f)).collect(),
+        extents: ids.iter().map(|&f| fs.fragments(f).expect("live file")).collect(),
         free_extents: h.free_extents(),
         avg_free_extent_kib: h.avg_free_extent_kib(),
         freefrag: h.render("engine"),

@@ -241,13 +241,6 @@ fn run_fallocate2_engine(workers: &[usize], duration: Duration, backends: &[Stri
                 Err(e) => println!("   kernel ext4 at {n} workers failed: {e}"),
             }
         }
-        if std::env::var_os("MBALLOC_SHOW_WORKERS").is_some() {
-            for (name, r) in &rows {
-                let mut v: Vec<(u64, usize)> = r.per_worker.iter().copied().zip(0..).collect();
-                v.sort_unstable();
-                println!("   {name}: {:?}", &v[v.len().saturating_sub(8)..]);
-            }
-        }
         for (name, r) in &rows {
             println!(
                 "{:>8} {:>24} {:>14.0} {:>14.0} {:>12.2}",

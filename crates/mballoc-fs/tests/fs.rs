@@ -27,15 +27,6 @@ fn extent_count(fs: &Fs, f: FileId) -> usize {
     fs.extents(f).unwrap().len()
 }
 
-/// Physically contiguous runs of a file, counted the way filefrag counts.
-fn fragments(fs: &Fs, f: FileId) -> usize {
-    let ex = fs.extents(f).unwrap();
-    if ex.is_empty() {
-        return 0;
-    }
-    1 + ex.windows(2).filter(|w| w[0].physical + u64::from(w[0].len) != w[1].physical).count()
-}
-
 #[test]
 fn a_12_mib_delayed_write_is_one_allocation_and_one_extent() {
     let fs = Fs::new(gib_volume()).unwrap();
@@ -55,7 +46,7 @@ fn a_12_mib_delayed_write_is_one_allocation_and_one_extent() {
     fs.check().unwrap();
 }
 
-fn interleaved_appenders(cfg: FsConfig, files: usize, appends: u64, how: Append) -> (f64, usize) {
+fn interleaved_appenders(cfg: FsConfig, files: usize, appends: u64, how: Append) -> (f64, u64) {
     let fs = Fs::new(cfg).unwrap();
     let ids: Vec<FileId> = (0..files).map(|_| fs.create().unwrap()).collect();
     for i in 0..appends {
@@ -71,8 +62,8 @@ fn interleaved_appenders(cfg: FsConfig, files: usize, appends: u64, how: Append)
     }
     fs.sync();
     fs.check().unwrap();
-    let counts: Vec<usize> = ids.iter().map(|&f| fragments(&fs, f)).collect();
-    (counts.iter().sum::<usize>() as f64 / files as f64, *counts.iter().max().unwrap())
+    let counts: Vec<u64> = ids.iter().map(|&f| fs.fragments(f).unwrap()).collect();
+    (counts.iter().sum::<u64>() as f64 / files as f64, *counts.iter().max().unwrap())
 }
 
 #[derive(Clone, Copy)]

@@ -40,33 +40,28 @@ impl Allocator {
         let lowest = (31 - len.max(1).leading_zeros()) as usize;
         let prefix = geo.reserved_per_group();
 
-        // An unused group: its whole length is room.
-        let mut seen = 0;
-        let mut empty = None;
-        self.order_indexes().walk_linear_like(IndexKind::LargestFreeOrder, top..=top, from, n, |g| {
-            seen += 1;
-            if self.group_summary(g).free == geo.group_len(g) - prefix && geo.group_len(g) - prefix >= len {
-                empty = Some(g);
-            }
-            empty.is_some() || seen >= EMPTY_CANDIDATES
-        });
-        if let Some(g) = empty {
-            return Some(geo.group_first_block(g) + u64::from(prefix));
-        }
-
-        // Otherwise the roomiest of the first few groups with the largest
-        // chunks, and the middle of its largest run.
+        // One walk over the groups with the largest chunks looks for an
+        // unused group (its whole length is room) and meanwhile remembers the
+        // roomiest of the first few; only when no group has a chunk of the
+        // top order do lower orders name the candidates.
         let mut best: Option<(u32, u32)> = None;
-        let mut seen = 0;
         for order in (lowest.min(top)..=top).rev() {
+            let (mut seen, mut empty) = (0, None);
+            let limit = if order == top { EMPTY_CANDIDATES } else { PARTIAL_CANDIDATES };
             self.order_indexes().walk_linear_like(IndexKind::LargestFreeOrder, order..=order, from, n, |g| {
                 seen += 1;
                 let free = self.group_summary(g).free;
-                if best.map_or(true, |(_, f)| free > f) {
+                if order == top && free == geo.group_len(g) - prefix && free >= len {
+                    empty = Some(g);
+                }
+                if seen <= PARTIAL_CANDIDATES && best.map_or(true, |(_, f)| free > f) {
                     best = Some((g, free));
                 }
-                seen >= PARTIAL_CANDIDATES
+                empty.is_some() || seen >= limit
             });
+            if let Some(g) = empty {
+                return Some(geo.group_first_block(g) + u64::from(prefix));
+            }
             if best.is_some() {
                 break;
             }

@@ -109,6 +109,11 @@ pub(crate) fn bump(c: &AtomicU64, v: u64) {
     }
 }
 
+/// Shards, a power of two. Threads are numbered, not pinned to CPUs, so the
+/// count follows the threads a benchmark runs (64), not the CPUs: two
+/// threads on different CPUs sharing a shard would bounce its line.
+const SHARDS: usize = 64;
+
 pub(crate) struct Stats {
     shards: Box<[CachePadded<Shard>]>,
 }
@@ -120,9 +125,7 @@ thread_local! {
 
 impl Stats {
     pub(crate) fn new() -> Stats {
-        let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let n = (cpus * 2).next_power_of_two().clamp(64, 64);
-        Stats { shards: (0..n).map(|_| CachePadded::new(Shard::default())).collect() }
+        Stats { shards: (0..SHARDS).map(|_| CachePadded::new(Shard::default())).collect() }
     }
 
     /// The calling thread's shard.

@@ -326,9 +326,7 @@ impl Fs {
 
     /// Ids of the files that exist, ascending.
     pub fn files(&self) -> Vec<FileId> {
-        let mut v: Vec<FileId> = self.files.entries().into_iter().map(|(k, _)| FileId(k)).collect();
-        v.sort_unstable();
-        v
+        self.files.entries().into_iter().map(|(k, _)| FileId(k)).collect()
     }
 
     fn node(&self, f: FileId) -> Result<Arc<FileNode>> {
@@ -449,6 +447,23 @@ impl Fs {
     /// The file's allocated extents (written and unwritten), ascending.
     pub fn extents(&self, f: FileId) -> Result<Vec<MappedExtent>> {
         self.with_inode(f, false, |_, ino| Ok(ino.map.iter().collect()))
+    }
+
+    /// Extents as `filefrag` counts them: records that continue one another
+    /// both logically and physically count once, whatever their state or
+    /// the extent-length limit split them into.
+    pub fn fragments(&self, f: FileId) -> Result<u64> {
+        self.with_inode(f, false, |_, ino| {
+            let mut n = 0;
+            let mut next = None;
+            for e in ino.map.iter() {
+                if next != Some((e.logical, e.physical)) {
+                    n += 1;
+                }
+                next = Some((e.logical_end(), e.physical + u64::from(e.len)));
+            }
+            Ok(n)
+        })
     }
 
     /// Everything FIEMAP would report: allocated extents and delayed runs,

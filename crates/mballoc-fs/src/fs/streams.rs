@@ -98,23 +98,24 @@ impl Fs {
             }
         }
         let goal = continuation.unwrap_or_else(|| geo.group_first_block(ino.home_group));
-        if got.is_none() && place == Placement::Stream {
+        // Blocked (or new): a large file restarts where the volume has room,
+        // a small one that met another file's blocks where its group has.
+        let stream_restart = place == Placement::Stream;
+        if got.is_none() && (stream_restart || continuation.is_some()) {
             let mut from = geo.group_of(goal);
             for _ in 0..START_ATTEMPTS {
-                let Some(start) = self.alloc.stream_start(from, want) else { break };
+                let start = if stream_restart {
+                    self.alloc.stream_start(from, want)
+                } else {
+                    self.alloc.room_in_group(from, want)
+                };
+                let Some(start) = start else { break };
                 got = ask(AllocRequest::new(want).goal_only(start));
                 if got.is_some() {
                     break;
                 }
-                from = geo.group_of(start) + 1;
-            }
-        } else if got.is_none() && continuation.is_some() {
-            // A small file that met another file's blocks: room in its group.
-            for _ in 0..START_ATTEMPTS {
-                let Some(start) = self.alloc.room_in_group(geo.group_of(goal), want) else { break };
-                got = ask(AllocRequest::new(want).goal_only(start));
-                if got.is_some() {
-                    break;
+                if stream_restart {
+                    from = geo.group_of(start) + 1;
                 }
             }
         }
