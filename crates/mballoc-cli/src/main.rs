@@ -1,14 +1,13 @@
 //! `mballoc`: run the lab, benchmark the allocator, print its reports.
 
-mod fallocate2;
-mod interleaved;
-mod kernel;
-mod multiblock;
-mod workloads;
-
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use std::time::{Duration, Instant};
+use mballoc_lab::backend::{BackendKind, Target, WriteMode};
+use mballoc_lab::report::{col, Report, Row, ScenarioReport};
+use mballoc_lab::scenarios::{self, Env};
+use mballoc_lab::workload::{StreamSpec, Trace, Workload};
+use std::io::Write;
+use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(name = "mballoc", version, about = "ext4's multiblock allocator: lab, benchmarks and reports")]
@@ -19,16 +18,32 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Reproducible experiments.
+    /// Reproducible experiments on the engine and kernel file systems.
     Lab {
         #[command(subcommand)]
         cmd: LabCmd,
     },
-    /// Micro-benchmarks of the allocator core.
+    /// Micro-benchmarks.
     Bench {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+}
+
+#[derive(clap::Args)]
+struct Output {
+    /// Backends: engine, ext4, xfs, btrfs (kernel ones need root; skipped otherwise).
+    #[arg(long, value_delimiter = ',', default_value = "engine,ext4,xfs,btrfs")]
+    backends: Vec<String>,
+    /// Seed for every random choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory for index.html.
+    #[arg(long, default_value = "lab-report")]
+    out: PathBuf,
+    /// Print the results as JSON on stdout (and nothing else there).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -39,337 +54,234 @@ enum LabCmd {
     Run {
         /// Scenario names (see `mballoc lab list`).
         scenarios: Vec<String>,
-        /// Scale sizes down for a fast run.
+        /// Scale sizes down (the whole set in under two minutes).
         #[arg(long)]
         quick: bool,
-        /// Seed for every random choice.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Run a workload of your own: a TOML file or a trace.
+    Workload {
+        /// The TOML workload or `# mballoc trace 1` file.
+        file: PathBuf,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Expand a TOML workload into a trace on stdout.
+    Trace {
+        file: PathBuf,
+        /// Refuse traces longer than this.
+        #[arg(long, default_value_t = 10_000_000)]
+        max_ops: usize,
+    },
+    /// Print a built-in scenario's workload as TOML.
+    Show {
+        /// fallocate2, fio-falloc, small-files-fragmented, multiblock-cost or aged.
+        scenario: String,
     },
 }
 
 #[derive(Subcommand)]
 enum BenchCmd {
     /// Seed 000's fallocate2 on the whole engine (scalable and legacy) and,
-    /// as root, on kernel ext4.
+    /// as root, on kernel file systems.
     Fallocate2 {
         /// Worker counts (comma-separated).
-        #[arg(long, default_value = "1,2,4,8,16,32,64")]
-        workers: String,
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+        workers: Vec<u32>,
         /// Seconds per row.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
-        /// Rows to run: engine, engine-kernel-placement, engine-legacy, kernel-ext4.
-        #[arg(long, value_delimiter = ',', default_values_t = FALLOCATE2_BACKENDS.iter().map(|s| s.to_string()))]
+        #[arg(long, value_delimiter = ',', default_value = "engine,ext4")]
         backends: Vec<String>,
     },
-    /// fallocate2 pattern and the fragmented 2^20-group volume.
+    /// The allocator alone: fallocate2 pattern and the fragmented 2^20-group volume.
     Alloc {
-        /// Seconds per fallocate2 measurement.
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
         /// Groups in the fragmented volume (1 KiB blocks, 8192 per group).
         #[arg(long, default_value_t = 1 << 20)]
         groups: u32,
         /// Requests on the fragmented volume.
         #[arg(long, default_value_t = 100_000)]
         requests: u64,
-        /// Worker threads for fallocate2 (comma-separated).
-        #[arg(long, default_value = "1,2")]
-        threads: String,
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
 }
 
-const SCENARIOS: &[(&str, &str)] = &[
-    (
-        "fallocate2",
-        "seed 000's will-it-scale loop on the whole engine, scalable vs legacy locking, and on kernel ext4: ops/s by workers",
-    ),
-    (
-        "fio-falloc",
-        "seed 000's fio job: 64 files appended 4 KiB at a time with fallocate, interleaved; extents per file and free space",
-    ),
-    ("fallocate2-core", "seed 000's will-it-scale loop on the allocator alone: ops/s by worker count"),
-    (
-        "fragmented-core",
-        "80%-full, 50%-fragmented volume: cost and groups scanned per request, optimize_scan on vs off",
-    ),
-    (
-        "multiblock-cost",
-        "seed 002: cost per block of 5 KiB, 600 KiB and 12 MiB files, block-at-a-time vs nodelalloc vs delalloc",
-    ),
-];
-
-fn main() -> Result<()> {
-    let cli = Cli::parse();
-    match cli.cmd {
-        Cmd::Lab { cmd: LabCmd::List } => {
-            for (name, what) in SCENARIOS {
-                println!("{name:<18} {what}");
-            }
-            Ok(())
-        }
-        Cmd::Lab { cmd: LabCmd::Run { scenarios, quick, seed } } => lab_run(scenarios, quick, seed),
-        Cmd::Bench { cmd: BenchCmd::Fallocate2 { workers, seconds, backends } } => {
-            if let Some(b) = backends.iter().find(|b| !FALLOCATE2_BACKENDS.contains(&b.as_str())) {
-                anyhow::bail!("unknown backend {b:?}; choose from {}", FALLOCATE2_BACKENDS.join(","));
-            }
-            run_fallocate2_engine(&parse_threads(&workers)?, Duration::from_secs_f64(seconds), &backends);
-            Ok(())
-        }
-        Cmd::Bench { cmd: BenchCmd::Alloc { seconds, groups, requests, threads, seed } } => {
-            let threads = parse_threads(&threads)?;
-            run_fallocate2(&threads, Duration::from_secs_f64(seconds));
-            run_fragmented(groups, requests, seed, false);
-            Ok(())
-        }
-    }
-}
-
-fn parse_threads(s: &str) -> Result<Vec<usize>> {
-    s.split(',')
-        .map(|t| t.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("bad thread count {t:?}: {e}")))
+fn backends(names: &[String]) -> Result<Vec<BackendKind>> {
+    names
+        .iter()
+        .map(|n| {
+            BackendKind::parse(n.trim())
+                .with_context(|| format!("unknown backend {n:?}; choose from engine, ext4, xfs, btrfs"))
+        })
         .collect()
 }
 
-fn lab_run(scenarios: Vec<String>, quick: bool, seed: u64) -> Result<()> {
-    let names: Vec<&str> = if scenarios.is_empty() {
-        SCENARIOS.iter().map(|s| s.0).collect()
-    } else {
-        scenarios.iter().map(String::as_str).collect()
-    };
-    for n in &names {
-        if !SCENARIOS.iter().any(|s| s.0 == *n) {
-            anyhow::bail!("unknown scenario {n:?}; `mballoc lab list` names them");
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Lab { cmd: LabCmd::List } => {
+            for s in scenarios::ALL {
+                println!("{:<24} {}", s.name, s.about);
+            }
+            Ok(())
+        }
+        Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, out } } => {
+            let chosen: Vec<&scenarios::Scenario> = if names.is_empty() {
+                scenarios::ALL.iter().collect()
+            } else {
+                names
+                    .iter()
+                    .map(|n| {
+                        scenarios::find(n)
+                            .with_context(|| format!("unknown scenario {n:?}; `mballoc lab list` names them"))
+                    })
+                    .collect::<Result<_>>()?
+            };
+            let env = Env::new(quick, out.seed, backends(&out.backends)?);
+            let mut report = Report { seed: out.seed, quick, scenarios: vec![] };
+            if !out.json {
+                println!("mballoc lab (seed {}{})\n", out.seed, if quick { ", quick" } else { "" });
+            }
+            for s in chosen {
+                let r = (s.run)(&env);
+                if !out.json {
+                    println!("{}", r.text());
+                }
+                report.scenarios.push(r);
+            }
+            finish(&report, &out)
+        }
+        Cmd::Lab { cmd: LabCmd::Workload { file, out } } => {
+            let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            let env = Env::new(false, out.seed, backends(&out.backends)?);
+            let r = user_workload(&env, &text)?;
+            if !out.json {
+                println!("{}", r.text());
+            }
+            finish(&Report { seed: out.seed, quick: false, scenarios: vec![r] }, &out)
+        }
+        Cmd::Lab { cmd: LabCmd::Trace { file, max_ops } } => {
+            let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            let t = Trace::from_workload(&Workload::from_toml(&text)?, max_ops)?;
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            t.write(&mut w)?;
+            w.flush()?;
+            Ok(())
+        }
+        Cmd::Lab { cmd: LabCmd::Show { scenario } } => {
+            let w = match scenario.as_str() {
+                "fallocate2" => scenarios::fallocate2::workload(64, 2.0, 8 << 30),
+                "fio-falloc" => scenarios::fio_falloc::workload(64, 64 << 20, 8 << 30),
+                "small-files-fragmented" => scenarios::small_files::workload(64, 256, 8 << 30),
+                "multiblock-cost" => scenarios::multiblock::workload(600, 640),
+                "aged" => scenarios::aged::workload(8 << 30, 1 << 30),
+                other => bail!("no workload for {other:?}"),
+            };
+            print!("{}", w.to_toml());
+            Ok(())
+        }
+        Cmd::Bench { cmd: BenchCmd::Fallocate2 { workers, seconds, backends: b } } => {
+            let env = Env::new(false, 1, backends(&b)?);
+            let r = scenarios::fallocate2::run_with(&env, &workers, seconds, 8 << 30);
+            println!("{}", r.text());
+            Ok(())
+        }
+        Cmd::Bench { cmd: BenchCmd::Alloc { groups, requests, seed } } => {
+            let env = Env::new(false, seed, vec![BackendKind::Engine]);
+            println!("{}", scenarios::core::run_fallocate2(&env).text());
+            println!("{}", scenarios::core::fragmented(groups, requests, seed).text());
+            Ok(())
         }
     }
-    println!("mballoc lab (seed {seed}{})\n", if quick { ", quick" } else { "" });
-    for n in names {
-        match n {
-            "fallocate2" => {
-                let (workers, secs): (&[usize], f64) =
-                    if quick { (&[1, 2, 8, 64], 0.3) } else { (&[1, 2, 4, 8, 16, 32, 64], 2.0) };
-                let all: Vec<String> = FALLOCATE2_BACKENDS.iter().map(|s| s.to_string()).collect();
-                run_fallocate2_engine(workers, Duration::from_secs_f64(secs), &all);
-            }
-            "fio-falloc" => {
-                let job = if quick {
-                    interleaved::Job { files: 64, blocks_per_file: 1024, volume_bytes: 512 << 20 }
-                } else {
-                    interleaved::Job { files: 64, blocks_per_file: 16384, volume_bytes: 8 << 30 }
-                };
-                run_fio_falloc(&job);
-            }
-            "fallocate2-core" => {
-                let secs = if quick { 0.3 } else { 2.0 };
-                run_fallocate2(&[1, 2, 8, 64], Duration::from_secs_f64(secs));
-            }
-            "fragmented-core" => {
-                let (groups, requests) = if quick { (1 << 10, 10_000) } else { (1 << 16, 100_000) };
-                run_fragmented(groups, requests, seed, true);
-            }
-            "multiblock-cost" => run_multiblock(Duration::from_secs_f64(if quick { 0.1 } else { 1.0 })),
-            _ => unreachable!("checked above"),
-        }
+}
+
+/// Write the HTML page and, with `--json`, the JSON document.
+fn finish(report: &Report, out: &Output) -> Result<()> {
+    std::fs::create_dir_all(&out.out).with_context(|| out.out.display().to_string())?;
+    let page = out.out.join("index.html");
+    std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
+    if out.json {
+        println!("{}", report.json());
+    } else {
+        println!("report: {}", page.display());
     }
     Ok(())
 }
 
-fn run_fallocate2(threads: &[usize], duration: Duration) {
-    println!("== fallocate2 (allocator only: 2-block allocations at the goal past the previous one, 128 per file, then free; 8 GiB volume)");
-    println!(
-        "{:>8} {:>10} {:>14} {:>14} {:>12} {:>12}",
-        "workers", "mb_stats", "total ops/s", "per worker", "ns/op", "min/max"
-    );
-    for &n in threads {
-        for stats in [false, true] {
-            let r = workloads::fallocate2(n, duration, stats);
-            let (mn, mx) =
-                (r.per_thread.iter().min().copied().unwrap_or(0), r.per_thread.iter().max().copied().unwrap_or(0));
-            println!(
-                "{:>8} {:>10} {:>14.0} {:>14.0} {:>12.1} {:>12.2}",
-                n,
-                if stats { "on" } else { "off" },
-                r.ops_per_s(),
-                r.ops_per_s() / n as f64,
-                r.ns_per_op(),
-                if mx == 0 { 0.0 } else { mn as f64 / mx as f64 }
-            );
-        }
-    }
-    println!();
-}
-
-/// The fallocate2 rows: the engine three ways, then kernel ext4.
-const FALLOCATE2_BACKENDS: &[&str] = &["engine", "engine-kernel-placement", "engine-legacy", "kernel-ext4"];
-
-fn run_fallocate2_engine(workers: &[usize], duration: Duration, backends: &[String]) {
-    println!("== fallocate2 (seed 000: each worker appends 8 KiB with fallocate up to 1 MiB, truncates, repeats; 8 GiB volume; one op = one fallocate)");
-    let want = |b: &str| backends.iter().any(|x| x == b);
-    let ext4 = if want("kernel-ext4") {
-        match kernel::Mount::new(kernel::KernelFs::Ext4, 8 << 30, "fallocate2") {
-            Ok(m) => Some(m),
-            Err(why) => {
-                println!("   kernel ext4 skipped: {why}");
-                None
-            }
-        }
+/// A user's workload (TOML or trace) on every chosen backend.
+fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
+    let (w, streams): (Workload, Vec<StreamSpec>) = if text.starts_with("# mballoc trace") {
+        let t = Trace::parse(text)?;
+        let w = Workload {
+            name: "trace".into(),
+            volume: mballoc_lab::workload::Size(t.volume),
+            block_size: t.block_size,
+            interleave: t.interleave,
+            seconds: None,
+            jobs: vec![],
+        };
+        (w, t.stream_specs())
     } else {
-        None
+        let w = Workload::from_toml(text)?;
+        let s = w.streams();
+        (w, s)
     };
-    println!("{:>8} {:>24} {:>14} {:>14} {:>12}", "workers", "backend", "total ops/s", "per worker", "min/max");
-    let mut first: Vec<(String, f64)> = Vec::new();
-    let mut last: Vec<(String, f64)> = Vec::new();
-    for &n in workers {
-        use mballoc::Concurrency::{Legacy, Scalable};
-        use mballoc_fs::StreamPlacement::{Kernel, PerFile};
-        let variants = [
-            ("engine", Scalable, PerFile),
-            ("engine-kernel-placement", Scalable, Kernel),
-            ("engine-legacy", Legacy, Kernel),
-        ];
-        let mut rows: Vec<(String, fallocate2::Rates)> = variants
-            .iter()
-            .filter(|v| want(v.0))
-            .map(|&(name, c, p)| (name.to_string(), fallocate2::engine(n, duration, c, p)))
-            .collect();
-        if let Some(m) = &ext4 {
-            match fallocate2::kernel(m, n, duration) {
-                Ok(r) => rows.push(("kernel-ext4".into(), r)),
-                Err(e) => println!("   kernel ext4 at {n} workers failed: {e}"),
+    let names = if w.jobs.is_empty() { Trace::parse(text)?.files } else { w.file_names() };
+    let mut rep = ScenarioReport::new(
+        &w.name,
+        &format!("user workload, {} streams, {} volume", streams.len(), w.volume),
+        vec![
+            col("ops_per_s", "ops/s", 0),
+            col("mib_per_s", "MiB/s", 1),
+            col("files_per_s", "files/s", 0),
+            col("avg_extents_per_file", "extents/file", 2),
+            col("free_extents", "free extents", 0),
+            col("avg_free_extent_kib", "avg free KB", 0),
+            col("e4defrag_score", "e4defrag", 0),
+            col("ceph_score", "ceph", 3),
+        ],
+    );
+    let limit = w.seconds.map(std::time::Duration::from_secs_f64);
+    let mut run_on = |t: &dyn Target, backend: &str| {
+        let bar = env.bar(0, format!("{} on {backend}", w.name));
+        let r = mballoc_lab::runner::run(t, &streams, w.interleave, limit, &bar);
+        bar.finish_and_clear();
+        match r {
+            Ok(r) => {
+                t.sync();
+                let mut row = Row::new(backend, "default");
+                row.set("ops_per_s", r.ops_per_s().round())
+                    .set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0)
+                    .set("files_per_s", r.creates_per_s().round());
+                scenarios::layout_metrics(&mut row, t, w.block_size, |_| true);
+                scenarios::free_metrics(&mut row, t, backend);
+                rep.rows.push(row);
             }
+            Err(e) => rep.notes.push(format!("{backend}: {e}")),
         }
-        for (name, r) in &rows {
-            println!(
-                "{:>8} {:>24} {:>14.0} {:>14.0} {:>12.2}",
-                n,
-                name,
-                r.total_ops_per_s(),
-                r.per_worker_ops_per_s(),
-                r.fairness()
-            );
-        }
-        let totals = rows.iter().map(|(name, r)| (name.clone(), r.total_ops_per_s()));
-        if first.is_empty() {
-            first = totals.collect();
-        } else {
-            last = totals.collect();
-        }
-    }
-    if let Some(top) = workers.last().filter(|_| !last.is_empty()) {
-        for ((name, one), (_, many)) in first.iter().zip(&last) {
-            println!("   {name}: {top} workers give {:.2}x the 1-worker total", many / one);
-        }
-    }
-    if let (Some((_, e)), Some((_, k))) = (first.first(), first.iter().find(|(n, _)| n == "kernel-ext4")) {
-        println!(
-            "   1 worker: engine {:.1}x kernel ext4 (in-process calls vs system calls on a loop-mounted image)",
-            e / k
-        );
-    }
-    println!();
-}
-
-fn run_fio_falloc(job: &interleaved::Job) {
-    use interleaved::Interleave;
-    use mballoc_fs::StreamPlacement;
-    println!(
-        "== fio-falloc (seed 000: {} files x {} MiB appended 4 KiB at a time with fallocate, interleaved; {} GiB volume)",
-        job.files,
-        (job.blocks_per_file * 4096) >> 20,
-        job.volume_bytes as f64 / (1u64 << 30) as f64
-    );
-    println!(
-        "{:>8} {:>22} {:>10} {:>14} {:>12} {:>13} {:>18}",
-        "appends", "backend", "MiB/s", "extents/file", "max extents", "free extents", "avg free extent"
-    );
-    for how in [Interleave::InTurn, Interleave::Threads] {
-        let mut rows: Vec<(&str, interleaved::Outcome)> = vec![
-            ("engine", interleaved::engine(job, how, StreamPlacement::PerFile)),
-            ("engine-kernel-placement", interleaved::engine(job, how, StreamPlacement::Kernel)),
-        ];
-        match interleaved::kernel_ext4(job, how) {
-            Ok(o) => rows.push(("kernel-ext4", o)),
-            Err(why) => println!("   kernel ext4 skipped: {why}"),
-        }
-        for (name, o) in &rows {
-            println!(
-                "{:>8} {:>22} {:>10.0} {:>14.1} {:>12} {:>13} {:>15} KB",
-                how.name(),
-                name,
-                o.mib_per_s(job),
-                o.avg_extents(),
-                o.max_extents(),
-                o.free_extents,
-                o.avg_free_extent_kib
-            );
-        }
-        for (name, o) in &rows {
-            println!("   {name} ({}), free space as e2freefrag shows it:", how.name());
-            for line in o.freefrag.lines().skip_while(|l| !l.starts_with("HISTOGRAM")).skip(2) {
-                println!("     {line}");
+    };
+    for b in &env.backends {
+        match b {
+            BackendKind::Engine => {
+                let geo = mballoc::Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size))?;
+                let mut cfg = mballoc_fs::FsConfig::new(geo);
+                cfg.tunables.mb_stats = true;
+                let t = mballoc_lab::backend::EngineTarget::new(
+                    mballoc_fs::Fs::new(cfg)?,
+                    names.clone(),
+                    WriteMode::Delalloc,
+                );
+                run_on(&t, "engine");
             }
+            BackendKind::Kernel(k) => match mballoc_lab::kernel::Mount::new(*k, w.volume.0, w.block_size, "")
+                .and_then(|m| mballoc_lab::backend::KernelTarget::new(m, names.clone(), w.block_size))
+            {
+                Ok(t) => run_on(&t, k.name()),
+                Err(why) => rep.skipped.push(format!("{}: {why}", k.name())),
+            },
         }
     }
-    println!();
-}
-
-fn run_fragmented(groups: u32, requests: u64, seed: u64, print_mb_stats: bool) {
-    println!("== fragmented volume: {groups} groups x 8192 blocks of 1 KiB, 80% full, half the groups in 4-block holes; 64-block requests at random goals");
-    let t0 = Instant::now();
-    let a = workloads::fragmented_volume(groups, seed);
-    println!("   built in {:.2?}; free {} of {} blocks", t0.elapsed(), a.free_blocks(), a.geometry().total_blocks());
-    println!(
-        "{:>14} {:>10} {:>12} {:>14} {:>14} {:>14} {:>12}",
-        "optimize_scan", "requests", "ns/request", "groups seen/rq", "scanned/rq", "max scanned", "extents/rq"
-    );
-    let mut last = None;
-    for optimize in [true, false] {
-        let r = workloads::fragmented_run(&a, optimize, requests, 64, seed);
-        println!(
-            "{:>14} {:>10} {:>12.0} {:>14.2} {:>14.2} {:>14} {:>12.2}",
-            if optimize { "on" } else { "off" },
-            r.requests,
-            r.ns_per_request(),
-            r.groups_considered_per_request(),
-            r.groups_scanned_per_request(),
-            r.max_groups_scanned,
-            r.extents_scanned_per_request()
-        );
-        if optimize {
-            last = Some(r.mb_stats);
-        }
-    }
-    if print_mb_stats {
-        if let Some(s) = last {
-            println!("\n   mb_stats (optimize_scan on):\n{s}");
-        }
-    }
-    println!();
-}
-
-fn run_multiblock(budget: Duration) {
-    println!("== multiblock-cost (engine: files written 4 KiB at a time on an empty 4 GiB volume, then fsync)");
-    println!(
-        "{:>9} {:>16} {:>8} {:>12} {:>16} {:>14}",
-        "size KiB", "variant", "files", "ns/block", "alloc calls/file", "extents/file"
-    );
-    for size_kib in [5, 600, 12 * 1024] {
-        for v in [multiblock::Variant::BlockAtATime, multiblock::Variant::NoDelalloc, multiblock::Variant::Delalloc] {
-            let c = multiblock::run(size_kib, v, budget);
-            println!(
-                "{:>9} {:>16} {:>8} {:>12.1} {:>16.2} {:>14.2}",
-                c.size_kib,
-                c.variant.name(),
-                c.files,
-                c.ns_per_block(),
-                c.requests_per_file,
-                c.extents_per_file
-            );
-        }
-    }
-    println!("   alloc calls = allocator requests + requests served from a preallocation");
-    println!();
+    Ok(rep)
 }

@@ -8,7 +8,7 @@ use crate::group::{summary_of, GroupSlot, GroupTable};
 use crate::order_index::{IndexKind, OrderIndexes};
 use crate::stats::{bump, MbStats, Stats};
 use crate::stream_goal::{Concurrency, StreamGoals};
-use crate::tunables::{AtomicTunables, OptimizeScan, Tunables};
+use crate::tunables::{AtomicTunables, BestAvailFloor, OptimizeScan, Tunables};
 use parking_lot::MutexGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -365,6 +365,9 @@ struct Ctx {
     groups_scanned: u32,
     lost: u32,
     two_n_hit: bool,
+    /// CR_BEST_AVAIL_LEN under `BestAvailFloor::Minimum`: a run at least
+    /// the trimmed length is taken whole, up to the original goal length.
+    whole_run: bool,
 }
 
 type Guard<'a> = MutexGuard<'a, Option<Box<Buddy>>>;
@@ -594,6 +597,7 @@ impl Allocator {
             best: None,
             result: None,
             hint_first: false,
+            whole_run: false,
             found: 0,
             cr_found: [0; NUM_CRITERIA],
             cr_considered: [0; NUM_CRITERIA],
@@ -616,7 +620,7 @@ impl Allocator {
             ctx.stream_slot = Some(slot);
             ctx.start_group = self.stream_goals.load(slot);
         }
-        ctx.cr = Some(if ctx.two_order > 0 { Criterion::PowerOf2Aligned } else { Criterion::GoalLenFast });
+        ctx.cr = Some(self.first_criterion(ctx));
         loop {
             while ctx.cr.is_some() && ctx.status == Status::Continue {
                 self.scan_groups(ctx);
@@ -644,6 +648,30 @@ impl Allocator {
 
 /// The scan: goal probe, passes, per-group scans, best-fit measuring.
 impl Allocator {
+    /// The pass a request starts at: the cheapest that can serve it, unless
+    /// the volume is so full that Lustre's thresholds say the cheap passes
+    /// would only fail (LU-12103).
+    fn first_criterion(&self, ctx: &Ctx) -> Criterion {
+        let cheapest = if ctx.two_order > 0 { Criterion::PowerOf2Aligned } else { Criterion::GoalLenFast };
+        let t = &ctx.t;
+        if t.mb_c1_threshold == 0 && t.mb_c2_threshold == 0 && t.mb_c3_threshold == 0 {
+            return cheapest;
+        }
+        let free_pct = self.free_blocks() as u128 * 100;
+        let total = u128::from(self.geo.total_blocks());
+        let below = |pct: u32| pct > 0 && free_pct < u128::from(pct) * total;
+        let floor = if below(t.mb_c3_threshold) {
+            Criterion::AnyFree
+        } else if below(t.mb_c2_threshold) {
+            Criterion::GoalLenSlow
+        } else if below(t.mb_c1_threshold) {
+            Criterion::GoalLenFast
+        } else {
+            return cheapest;
+        };
+        cheapest.max(floor)
+    }
+
     fn find_by_goal(&self, ctx: &mut Ctx, goal: u64) {
         let g = self.geo.group_of(goal);
         let off = self.geo.offset_in_group(goal);
@@ -737,8 +765,15 @@ impl Allocator {
     fn scan_best_avail(&self, ctx: &mut Ctx, start: u32, n: u32) {
         let order = 31 - ctx.goal_len.leading_zeros();
         let mut min_order = order.saturating_sub(ctx.t.mb_best_avail_max_trim_order.min(31));
-        if (1u32 << min_order) < ctx.orig_len {
-            min_order = 32 - ctx.orig_len.leading_zeros();
+        let floor = match ctx.t.mb_best_avail_floor {
+            BestAvailFloor::Minimum if ctx.min_len < ctx.orig_len => {
+                ctx.whole_run = true;
+                ctx.min_len
+            }
+            _ => ctx.orig_len,
+        };
+        if (1u32 << min_order) < floor {
+            min_order = 32 - floor.leading_zeros();
         }
         'halves: for (lo, hi) in [(start, n), (0, start)] {
             for i in (min_order..=order).rev() {
@@ -760,6 +795,7 @@ impl Allocator {
         }
         if ctx.status == Status::Continue {
             ctx.goal_len = ctx.orig_goal_len;
+            ctx.whole_run = false;
         }
     }
 
@@ -815,7 +851,7 @@ impl Allocator {
                     continue;
                 }
             }
-            let len = buddy.find_extent(i, ctx.goal_len);
+            let len = buddy.find_extent(i, if ctx.whole_run { ctx.orig_goal_len } else { ctx.goal_len });
             assert!(len > 0 && len <= free, "group {g}: buddy disagrees with info");
             self.measure_extent(ctx, Cand { group: g, start: i, len }, slot, buddy);
             i += len;
@@ -830,7 +866,7 @@ impl Allocator {
         ctx.found += 1;
         ctx.cr_found[cr.index()] += 1;
         if ex.len >= ctx.min_len {
-            if ctx.hint_first || ex.len == ctx.goal_len {
+            if ctx.hint_first || ex.len == ctx.goal_len || (ctx.whole_run && ex.len >= ctx.goal_len) {
                 ctx.best = Some(ex);
                 self.use_best_found(ctx, ex.group, slot, buddy);
                 return;
@@ -882,7 +918,7 @@ impl Allocator {
     fn use_best_found(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
         let b = ctx.best.expect("use_best_found without a candidate");
         debug_assert_eq!(b.group, g);
-        let len = b.len.min(ctx.goal_len);
+        let len = b.len.min(if ctx.whole_run { ctx.orig_goal_len } else { ctx.goal_len });
         let old = orders(buddy.info());
         buddy.mark_used(b.start, len);
         self.after_change(g, slot, old, buddy.info());

@@ -142,4 +142,4 @@ pub use error::{Error, Result};
 pub use geometry::Geometry;
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
-pub use tunables::{OptimizeScan, Tunables};
+pub use tunables::{BestAvailFloor, OptimizeScan, Tunables};

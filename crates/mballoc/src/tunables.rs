@@ -20,6 +20,21 @@ pub enum OptimizeScan {
     Off,
 }
 
+/// How far CR_BEST_AVAIL_LEN may trim a request, and what it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BestAvailFloor {
+    /// The kernel's rule: trim only the normalization slack, never below
+    /// the original request, and take exactly the trimmed length.
+    #[default]
+    Request,
+    /// For requests that accept a partial result: trim down to the
+    /// request's minimum, and take the whole free run found, up to the
+    /// goal length. On a volume whose free space is all small fragments
+    /// this finds a run by index instead of measuring `mb_max_to_scan`
+    /// extents in CR_GOAL_LEN_SLOW (not in the kernel).
+    Minimum,
+}
+
 /// Allocator tunables. Field names are the kernel's sysfs attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunables {
@@ -46,8 +61,19 @@ pub struct Tunables {
     /// `mb_best_avail_max_trim_order`: how many orders CR_BEST_AVAIL_LEN may
     /// trim the goal length by (3).
     pub mb_best_avail_max_trim_order: u32,
+    /// How low CR_BEST_AVAIL_LEN may trim (not a kernel knob).
+    pub mb_best_avail_floor: BestAvailFloor,
     /// `mb_optimize_scan` mount option.
     pub mb_optimize_scan: OptimizeScan,
+    /// `mb_c1_threshold` (Lustre's LU-12103, percent of the volume; 0 = off,
+    /// Lustre's default is 25): with less free space than this, a request
+    /// skips CR_POWER2_ALIGNED and starts at CR_GOAL_LEN_FAST.
+    pub mb_c1_threshold: u32,
+    /// `mb_c2_threshold` (percent; Lustre 15): below it, start at
+    /// CR_GOAL_LEN_SLOW.
+    pub mb_c2_threshold: u32,
+    /// `mb_c3_threshold` (percent; Lustre 5): below it, start at CR_ANY_FREE.
+    pub mb_c3_threshold: u32,
 }
 
 impl Default for Tunables {
@@ -61,7 +87,11 @@ impl Default for Tunables {
             mb_group_prealloc: 512,
             mb_max_linear_groups: 0,
             mb_best_avail_max_trim_order: 3,
+            mb_best_avail_floor: BestAvailFloor::Request,
             mb_optimize_scan: OptimizeScan::Auto,
+            mb_c1_threshold: 0,
+            mb_c2_threshold: 0,
+            mb_c3_threshold: 0,
         }
     }
 }
@@ -70,6 +100,11 @@ impl Tunables {
     /// Defaults with statistics on (what the lab and the benchmarks use).
     pub fn with_stats() -> Self {
         Tunables { mb_stats: true, ..Tunables::default() }
+    }
+
+    /// These tunables with Lustre's pass-skipping thresholds (25%, 15%, 5%).
+    pub fn with_lustre_thresholds(self) -> Self {
+        Tunables { mb_c1_threshold: 25, mb_c2_threshold: 15, mb_c3_threshold: 5, ..self }
     }
 
     /// Check every knob against the bounds the kernel enforces.
@@ -88,6 +123,15 @@ impl Tunables {
                 reason: "must fit a positive int",
             });
         }
+        for (name, v) in [
+            ("mb_c1_threshold", self.mb_c1_threshold),
+            ("mb_c2_threshold", self.mb_c2_threshold),
+            ("mb_c3_threshold", self.mb_c3_threshold),
+        ] {
+            if v > 100 {
+                return Err(Error::InvalidTunable { name, value: v.into(), reason: "a percentage" });
+            }
+        }
         if self.mb_max_to_scan == 0 {
             return Err(Error::InvalidTunable { name: "mb_max_to_scan", value: 0, reason: "must be at least 1" });
         }
@@ -97,7 +141,7 @@ impl Tunables {
 
 /// Tunables in atomics: snapshot per request, store from any thread.
 pub(crate) struct AtomicTunables {
-    fields: [AtomicU32; 9],
+    fields: [AtomicU32; 13],
 }
 
 impl AtomicTunables {
@@ -123,6 +167,13 @@ impl AtomicTunables {
             t.mb_max_linear_groups,
             t.mb_best_avail_max_trim_order,
             scan,
+            t.mb_c1_threshold,
+            t.mb_c2_threshold,
+            t.mb_c3_threshold,
+            match t.mb_best_avail_floor {
+                BestAvailFloor::Request => 0,
+                BestAvailFloor::Minimum => 1,
+            },
         ];
         for (f, v) in self.fields.iter().zip(v) {
             f.store(v, Ordering::Relaxed);
@@ -145,6 +196,10 @@ impl AtomicTunables {
                 2 => OptimizeScan::Off,
                 _ => OptimizeScan::Auto,
             },
+            mb_c1_threshold: f(9),
+            mb_c2_threshold: f(10),
+            mb_c3_threshold: f(11),
+            mb_best_avail_floor: if f(12) == 1 { BestAvailFloor::Minimum } else { BestAvailFloor::Request },
         }
     }
 }
@@ -159,6 +214,9 @@ mod tests {
         assert_eq!(AtomicTunables::new(t).load(), t);
         assert!(Tunables { mb_group_prealloc: 40000, ..t }.validate(32768).is_err());
         assert!(Tunables { mb_max_to_scan: 0, ..t }.validate(32768).is_err());
+        assert!(Tunables { mb_c2_threshold: 101, ..t }.validate(32768).is_err());
+        let l = Tunables { mb_best_avail_floor: BestAvailFloor::Minimum, ..t.with_lustre_thresholds() };
+        assert_eq!(AtomicTunables::new(l).load(), l);
         assert!(t.validate(32768).is_ok());
     }
 }

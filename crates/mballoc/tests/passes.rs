@@ -100,3 +100,21 @@ fn linear_scan_reaches_the_same_passes() {
     assert_eq!(got.found_by, FoundBy::Pass(Criterion::GoalLenFast));
     assert_eq!(got.extent.start, 7 * u64::from(BPG) + 1, "linear scan starts at the goal group");
 }
+
+/// Lustre's thresholds: a volume with 12% free skips straight to
+/// CR_GOAL_LEN_SLOW (below c2 = 15%), though CR_POWER2_ALIGNED would have
+/// served the request; with the thresholds off it starts at the cheapest.
+#[test]
+fn lustre_thresholds_pick_the_first_pass() {
+    let a = shaped(|g| if g < 2 { vec![(0, BPG)] } else { vec![] });
+    a.set_tunables(a.tunables().with_lustre_thresholds()).unwrap();
+    let got = a.allocate(&AllocRequest::new(8)).unwrap();
+    assert_eq!(got.found_by, FoundBy::Pass(Criterion::GoalLenSlow));
+    let s = a.stats();
+    for c in [Criterion::PowerOf2Aligned, Criterion::GoalLenFast, Criterion::BestAvailLen] {
+        assert_eq!(s.cr_groups_considered[c.index()], 0, "{c:?} was skipped");
+    }
+    a.set_tunables(Tunables { mb_c1_threshold: 0, mb_c2_threshold: 0, mb_c3_threshold: 0, ..a.tunables() }).unwrap();
+    a.reset_stats();
+    expect_pass(&a, AllocRequest::new(8), Criterion::PowerOf2Aligned, 8);
+}

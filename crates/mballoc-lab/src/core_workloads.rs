@@ -1,4 +1,5 @@
-//! Allocator-level workloads shared by `mballoc bench` and `mballoc lab run`.
+//! Allocator-level workloads: the fallocate2 pattern and a fragmented volume,
+//! on the allocator alone.
 
 use mballoc::{AllocRequest, Allocator, Geometry, MbStats, OptimizeScan, Tunables};
 use rand::{Rng, SeedableRng};

@@ -1,0 +1,196 @@
+//! Kernel file systems as lab backends: a sparse image in /dev/shm, mkfs,
+//! a loop mount, and cleanup when the mount is dropped. Without root or
+//! without the tools, [`Mount::new`] says why in one line and the caller
+//! skips the backend.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A kernel file system the lab can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelFs {
+    Ext4,
+    Xfs,
+    Btrfs,
+}
+
+impl KernelFs {
+    /// The name in `--backends` and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelFs::Ext4 => "ext4",
+            KernelFs::Xfs => "xfs",
+            KernelFs::Btrfs => "btrfs",
+        }
+    }
+
+    /// The smallest image mkfs accepts, rounded up.
+    pub fn min_bytes(self) -> u64 {
+        match self {
+            KernelFs::Ext4 => 16 << 20,
+            KernelFs::Xfs => 320 << 20,
+            KernelFs::Btrfs => 256 << 20,
+        }
+    }
+
+    fn mkfs(self, image: &Path, block_size: u32) -> Command {
+        let mut c;
+        match self {
+            KernelFs::Ext4 => {
+                // Seed 000's mkfs line: everything initialised now, not by
+                // lazy background threads during the run.
+                c = Command::new("mkfs.ext4");
+                c.args(["-q", "-F", "-b", &block_size.to_string()]);
+                c.args(["-E", "lazy_itable_init=0,lazy_journal_init=0", "-O", "orphan_file"]);
+            }
+            KernelFs::Xfs => {
+                c = Command::new("mkfs.xfs");
+                c.args(["-q", "-f", "-b", &format!("size={block_size}")]);
+            }
+            KernelFs::Btrfs => {
+                c = Command::new("mkfs.btrfs");
+                c.args(["-q", "-f", "-s", &block_size.to_string()]);
+            }
+        }
+        c.arg(image);
+        c
+    }
+}
+
+/// An image file in /dev/shm, deleted on drop.
+pub struct Image {
+    path: PathBuf,
+}
+
+impl Image {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A mounted image; unmounted and deleted on drop.
+pub struct Mount {
+    fs: KernelFs,
+    image: Option<Image>,
+    bytes: u64,
+    dir: PathBuf,
+    device: String,
+}
+
+fn run(c: &mut Command) -> Result<(), String> {
+    output(c).map(drop)
+}
+
+/// Run a tool and return its standard output; the error is one line.
+pub fn output(c: &mut Command) -> Result<String, String> {
+    let out = c.output().map_err(|e| format!("{}: {e}", c.get_program().to_string_lossy()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            c.get_program().to_string_lossy(),
+            String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("no message").trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl Mount {
+    /// Make and mount a `bytes`-sized file system of kind `fs` with
+    /// `options` (as `mount -o`). The error is the one-line reason the
+    /// backend cannot run here.
+    pub fn new(fs: KernelFs, bytes: u64, block_size: u32, options: &str) -> Result<Mount, String> {
+        if !crate::sys::is_root() {
+            return Err("needs root for loop mounts".into());
+        }
+        let bytes = bytes.max(fs.min_bytes());
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let base = PathBuf::from(format!("/dev/shm/mballoc-lab-{}-{}-{n}", fs.name(), std::process::id()));
+        let image = base.with_extension("img");
+        let dir = base.with_extension("mnt");
+        let file = std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
+        let image = Image { path: image };
+        file.set_len(bytes).map_err(|e| format!("{}: {e}", image.path.display()))?;
+        drop(file);
+        run(&mut fs.mkfs(&image.path, block_size))?;
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let opts = if options.is_empty() { "loop".to_string() } else { format!("loop,{options}") };
+        if let Err(e) = run(Command::new("mount").args(["-o", &opts]).arg(&image.path).arg(&dir)) {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+        let device = mounted_device(&dir).unwrap_or_default();
+        Ok(Mount { fs, image: Some(image), bytes, dir, device })
+    }
+
+    pub fn fs(&self) -> KernelFs {
+        self.fs
+    }
+
+    /// The mount point.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The image's size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The image file.
+    pub fn image_path(&self) -> &Path {
+        self.image.as_ref().expect("image present until unmounted").path()
+    }
+
+    /// The loop device's name (`loop3`), as /proc/fs/ext4 and
+    /// /sys/fs/ext4 name it.
+    pub fn device_name(&self) -> &str {
+        self.device.rsplit('/').next().unwrap_or("")
+    }
+
+    /// Write an ext4 sysfs knob (`/sys/fs/ext4/DEV/NAME`).
+    pub fn set_ext4_knob(&self, name: &str, value: &str) -> Result<(), String> {
+        let p = PathBuf::from("/sys/fs/ext4").join(self.device_name()).join(name);
+        std::fs::write(&p, value).map_err(|e| format!("{}: {e}", p.display()))
+    }
+
+    /// Read an ext4 proc file (`/proc/fs/ext4/DEV/NAME`).
+    pub fn ext4_proc(&self, name: &str) -> Result<String, String> {
+        let p = PathBuf::from("/proc/fs/ext4").join(self.device_name()).join(name);
+        std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
+    }
+
+    /// Unmount, keeping the image for offline tools (e2freefrag).
+    pub fn unmount(mut self) -> Result<Image, String> {
+        run(Command::new("umount").arg(&self.dir))?;
+        let _ = std::fs::remove_dir(&self.dir);
+        Ok(self.image.take().expect("image present until unmounted"))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.image.is_some() {
+            let _ = Command::new("umount").arg(&self.dir).status();
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+fn mounted_device(dir: &Path) -> Option<String> {
+    let dir = dir.canonicalize().ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        let (dev, at) = (w.next()?, w.next()?);
+        (Path::new(at) == dir).then(|| dev.to_string())
+    })
+}

@@ -1,0 +1,218 @@
+//! Seed 003's aged volume: fill it, then free 50 blocks of every 100 over
+//! enough of it to leave it about 78% used with every free extent exactly
+//! 50 blocks ("50 free blocks - 50 occupied blocks"); then write a file in
+//! 1 MiB steps (dd bs=1M conv=fsync). Throughput fresh vs aged, the file's
+//! extents, extents scanned per request and breaks; linear scan vs
+//! optimize_scan, the default vs a tuned preallocation table, with and
+//! without Lustre's pass-skipping thresholds.
+
+use super::{engine, fill, kernel, layout_metrics, measure, punch_pattern, Env};
+use crate::backend::{BackendKind, EngineTarget, Target, WriteMode};
+use crate::kernel::KernelFs;
+use crate::report::{col, Row, ScenarioReport};
+use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use mballoc::{BestAvailFloor, OptimizeScan, Tunables};
+use mballoc_fs::{FsConfig, Normalization, PreallocTable};
+
+pub const ABOUT: &str =
+    "seed 003: a volume aged to ~78% with 50-block free extents, then a 1 MiB-step sequential write; fresh vs aged throughput, extents scanned per request";
+
+/// Periods of 100 blocks punched out of every 50, so that a full volume
+/// ends 78% used: 22 of 50 periods lose half their blocks.
+const PUNCHED_PERIODS: u64 = 22;
+
+/// The aging file (slot 0) and the written file (slot 1).
+pub fn workload(volume: u64, write: u64) -> Workload {
+    Workload {
+        name: "aged".into(),
+        volume: Size(volume),
+        block_size: 4096,
+        interleave: Interleave::Threads,
+        seconds: None,
+        jobs: vec![
+            Job { name: "age".into(), clones: 1, files: 1, setup: vec![], steps: vec![], repeat: 1 },
+            Job {
+                name: "dd".into(),
+                clones: 1,
+                files: 1,
+                setup: vec![],
+                steps: vec![
+                    Step::new(OpKind::Create),
+                    Step::ranged(OpKind::Write, 0, 1 << 20, write >> 20),
+                    Step::new(OpKind::Fsync),
+                    Step::new(OpKind::Close),
+                ],
+                repeat: 1,
+            },
+        ],
+    }
+}
+
+/// Age the volume through slot 0.
+pub fn age(t: &dyn Target, block: u64) -> Result<(), String> {
+    let size = fill(t, 0, block)?;
+    punch_pattern(t, 0, size, 100 * block, 50 * block, 50 * block, |i| i % 50 < PUNCHED_PERIODS)?;
+    t.sync();
+    Ok(())
+}
+
+struct Phase {
+    mib_per_s: f64,
+    row: Row,
+}
+
+fn write_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Phase, String> {
+    let before = t.counters();
+    let r = measure(env, t, w, Some("dd"), label)?;
+    let mut row = Row::new("", "");
+    if let (Some(b), Some(a)) = (before, t.counters()) {
+        let d = a.since(&b);
+        row.set("reqs", d.reqs)
+            .set("extents_scanned_per_request", (d.extents_scanned as f64 / d.reqs.max(1) as f64 * 10.0).round() / 10.0)
+            .set("breaks", d.breaks);
+    } else {
+        row.set("reqs", "n/a").set("extents_scanned_per_request", "n/a").set("breaks", "n/a");
+    }
+    layout_metrics(&mut row, t, w.block_size, |n| n.starts_with("dd."));
+    let ext = row.metrics.get("avg_extents_per_file").cloned().unwrap_or_default();
+    row.set("extents", ext);
+    Ok(Phase { mib_per_s: r.mib_per_s(), row })
+}
+
+fn used_pct(t: &dyn Target) -> Option<f64> {
+    t.free_space().ok().map(|f| 100.0 * (1.0 - f.free_blocks as f64 / f.total_blocks as f64))
+}
+
+/// Fresh then aged, each on a new volume made by `make`.
+fn pair<T: Target>(
+    env: &Env,
+    w: &Workload,
+    backend: &str,
+    variant: &str,
+    mut make: impl FnMut() -> Result<T, String>,
+) -> Result<Row, String> {
+    let fresh = make()?;
+    let f = write_phase(env, &fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
+    drop(fresh);
+    let aged = make()?;
+    age(&aged, u64::from(w.block_size))?;
+    let used = used_pct(&aged);
+    let a = write_phase(env, &aged, w, &format!("aged {backend} {variant}: aged write"))?;
+    let mut row = a.row;
+    row.backend = backend.into();
+    row.variant = variant.into();
+    row.set("used_pct_before", used.map_or(serde_json::Value::from("n/a"), |u| ((u * 10.0).round() / 10.0).into()));
+    row.set("fresh_mib_per_s", (f.mib_per_s * 10.0).round() / 10.0);
+    row.set("aged_mib_per_s", (a.mib_per_s * 10.0).round() / 10.0);
+    row.set("aged_vs_fresh", (a.mib_per_s / f.mib_per_s * 1000.0).round() / 1000.0);
+    Ok(row)
+}
+
+/// The ldiskfs way of tuning the table: keep only window sizes the aged
+/// volume's buddies can still give (seed 003's build_prealloc.sh over
+/// mb_groups).
+fn tuned_table(env: &Env, w: &Workload) -> Result<PreallocTable, String> {
+    let probe: EngineTarget = engine(w, WriteMode::Delalloc, |_| {});
+    age(&probe, u64::from(w.block_size))?;
+    let a = probe.fs().allocator();
+    let mut top = 0u32;
+    for g in 0..a.geometry().groups() {
+        if let Some(o) = a.group_info(g).counters.iter().rposition(|&c| c > 0) {
+            top = top.max(o as u32);
+        }
+    }
+    let _ = env;
+    let sizes: Vec<u32> = (2..=top.max(2)).map(|k| 1u32 << k).collect();
+    PreallocTable::new(sizes, 256, 1024).map_err(|e| e.to_string())
+}
+
+pub fn run(env: &Env) -> ScenarioReport {
+    let (volume, write) = if env.quick { (1u64 << 30, 128u64 << 20) } else { (8 << 30, 1 << 30) };
+    let w = workload(volume, write);
+    let mut rep = ScenarioReport::new(
+        "aged",
+        &format!(
+            "seed 003: {} GiB volume filled, then 50 of every 100 blocks freed over 44% of it (~78% used, all free extents 50 blocks); write {} MiB in 1 MiB steps, fsync",
+            volume >> 30,
+            write >> 20
+        ),
+        vec![
+            col("used_pct_before", "used %", 1),
+            col("fresh_mib_per_s", "fresh MiB/s", 0),
+            col("aged_mib_per_s", "aged MiB/s", 0),
+            col("aged_vs_fresh", "aged/fresh", 3),
+            col("extents", "extents", 0),
+            col("reqs", "requests", 0),
+            col("extents_scanned_per_request", "scanned/request", 1),
+            col("breaks", "breaks", 0),
+        ],
+    );
+    if env.wants(BackendKind::Engine) {
+        let table = tuned_table(env, &w);
+        if let Ok(t) = &table {
+            rep.notes.push(format!("tuned table (from the aged volume's buddies): {:?} blocks", t.sizes()));
+        }
+        type Tweak = Box<dyn Fn(&mut FsConfig)>;
+        let table2 = table.clone().ok();
+        let variants: Vec<(&str, Tweak)> = vec![
+            ("optimize_scan", Box::new(|c: &mut FsConfig| c.tunables.mb_optimize_scan = OptimizeScan::On)),
+            ("linear scan", Box::new(|c: &mut FsConfig| c.tunables.mb_optimize_scan = OptimizeScan::Off)),
+            (
+                "optimize_scan, trim to minimum",
+                Box::new(|c: &mut FsConfig| {
+                    c.tunables.mb_optimize_scan = OptimizeScan::On;
+                    c.tunables.mb_best_avail_max_trim_order = 16;
+                    c.tunables.mb_best_avail_floor = BestAvailFloor::Minimum;
+                }),
+            ),
+            (
+                "optimize_scan, tuned table",
+                Box::new(move |c: &mut FsConfig| {
+                    c.tunables.mb_optimize_scan = OptimizeScan::On;
+                    if let Some(t) = &table2 {
+                        c.normalization = Normalization::Table(t.clone());
+                    }
+                }),
+            ),
+            (
+                "optimize_scan, c1/c2/c3 thresholds",
+                Box::new(|c: &mut FsConfig| {
+                    c.tunables = Tunables { mb_optimize_scan: OptimizeScan::On, ..c.tunables.with_lustre_thresholds() }
+                }),
+            ),
+            (
+                "linear scan, c1/c2/c3 thresholds",
+                Box::new(|c: &mut FsConfig| {
+                    c.tunables = Tunables { mb_optimize_scan: OptimizeScan::Off, ..c.tunables.with_lustre_thresholds() }
+                }),
+            ),
+        ];
+        for (variant, tweak) in &variants {
+            if variant.contains("tuned") && table.is_err() {
+                continue;
+            }
+            match pair(env, &w, "engine", variant, || Ok(engine(&w, WriteMode::Delalloc, |c| tweak(c)))) {
+                Ok(r) => rep.rows.push(r),
+                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
+            }
+        }
+    }
+    for k in env.kernels() {
+        let variants: &[(&str, &str)] = match k {
+            KernelFs::Ext4 => &[("optimize_scan", "mb_optimize_scan=1"), ("linear scan", "mb_optimize_scan=0")],
+            _ => &[("default", "")],
+        };
+        for (variant, opts) in variants {
+            if let Err(why) = crate::kernel::Mount::new(k, k.min_bytes(), 4096, "").map(drop) {
+                rep.skipped.push(format!("{}: {why}", k.name()));
+                break;
+            }
+            match pair(env, &w, k.name(), variant, || kernel(k, &w, opts)) {
+                Ok(r) => rep.rows.push(r),
+                Err(e) => rep.notes.push(format!("{} {variant}: {e}", k.name())),
+            }
+        }
+    }
+    rep.notes.push("thresholds: Lustre's mb_c1/c2/c3_threshold at 25/15/5% free (seed 003's 75/85/95% full)".into());
+    rep
+}

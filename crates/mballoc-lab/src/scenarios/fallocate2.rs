@@ -1,0 +1,109 @@
+//! Seed 000's will-it-scale `fallocate2`: each worker appends 8 KiB with
+//! `fallocate` up to 1 MiB, truncates to 0, repeats; one op is one
+//! fallocate call, the truncates inside the time. Engine scalable vs legacy
+//! (the seed's base) and the kernel file systems, by worker count.
+
+use super::{engine, kernel, measure, Env};
+use crate::backend::{BackendKind, WriteMode};
+use crate::report::{col, Plot, Row, ScenarioReport};
+use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use mballoc::Concurrency;
+use mballoc_fs::StreamPlacement;
+
+pub const ABOUT: &str =
+    "seed 000's will-it-scale loop (8 KiB fallocate appends to 1 MiB, truncate, repeat) by workers: engine scalable vs legacy, kernel file systems";
+
+/// The workload for `workers` tasks over `seconds`.
+pub fn workload(workers: u32, seconds: f64, volume: u64) -> Workload {
+    Workload {
+        name: "fallocate2".into(),
+        volume: Size(volume),
+        block_size: 4096,
+        interleave: Interleave::Threads,
+        seconds: Some(seconds),
+        jobs: vec![Job {
+            name: "fallocate2".into(),
+            clones: workers,
+            files: 1,
+            setup: vec![Step::new(OpKind::Create)],
+            steps: vec![Step::ranged(OpKind::Fallocate, 0, 8192, 128), Step::new(OpKind::Truncate)],
+            repeat: 0,
+        }],
+    }
+}
+
+fn row(backend: &str, variant: &str, workers: u32, r: &crate::runner::RunStats) -> Row {
+    let mut row = Row::new(backend, variant);
+    row.set("workers", workers)
+        .set("ops_per_s", r.ops_per_s().round())
+        .set("per_worker_ops_per_s", (r.ops_per_s() / f64::from(workers)).round())
+        .set("min_max", (r.fairness() * 100.0).round() / 100.0);
+    row
+}
+
+pub fn run(env: &Env) -> ScenarioReport {
+    let (secs, volume) = if env.quick { (0.3, 1 << 30) } else { (2.0, 8 << 30) };
+    run_with(env, &[1, 2, 8, 64], secs, volume)
+}
+
+/// The scenario at chosen worker counts, seconds per row and volume size.
+pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioReport {
+    let mut rep = ScenarioReport::new(
+        "fallocate2",
+        &format!("seed 000: each worker appends 8 KiB with fallocate to 1 MiB, truncates, repeats; {} GiB volume, {secs} s per row; one op = one fallocate", volume >> 30),
+        vec![col("workers", "workers", 0), col("ops_per_s", "total ops/s", 0), col("per_worker_ops_per_s", "per worker", 0), col("min_max", "min/max", 2)],
+    );
+    for &n in workers {
+        let w = workload(n, secs, volume);
+        if env.wants(BackendKind::Engine) {
+            for (variant, c, p) in [
+                ("scalable", Concurrency::Scalable, StreamPlacement::PerFile),
+                ("legacy", Concurrency::Legacy, StreamPlacement::Kernel),
+            ] {
+                let t = engine(&w, WriteMode::Delalloc, |cfg| {
+                    cfg.concurrency = c;
+                    cfg.stream_placement = p;
+                    cfg.tunables.mb_stats = false;
+                });
+                match measure(env, &t, &w, None, &format!("fallocate2 engine {variant} x{n}")) {
+                    Ok(r) => rep.rows.push(row("engine", variant, n, &r)),
+                    Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),
+                }
+            }
+        }
+        for k in env.kernels() {
+            match kernel(k, &w, "") {
+                Ok(t) => match measure(env, &t, &w, None, &format!("fallocate2 {} x{n}", k.name())) {
+                    Ok(r) => rep.rows.push(row(k.name(), "default", n, &r)),
+                    Err(e) => rep.notes.push(format!("{} at {n} workers failed: {e}", k.name())),
+                },
+                Err(why) => {
+                    let s = format!("{}: {why}", k.name());
+                    if !rep.skipped.contains(&s) {
+                        rep.skipped.push(s);
+                    }
+                }
+            }
+        }
+    }
+    let total = |b: &str, v: &str, n: u32| {
+        rep.rows
+            .iter()
+            .find(|r| r.backend == b && r.variant == v && r.num("workers") == Some(f64::from(n)))
+            .and_then(|r| r.num("ops_per_s"))
+    };
+    let top = *workers.last().expect("worker counts");
+    for (b, v) in [("engine", "scalable"), ("engine", "legacy"), ("ext4", "default")] {
+        if let (Some(one), Some(many)) = (total(b, v, 1), total(b, v, top)) {
+            rep.notes.push(format!("{b} {v}: {top} workers give {:.2}x the 1-worker total", many / one));
+        }
+    }
+    if let (Some(e), Some(k)) = (total("engine", "scalable", 1), total("ext4", "default", 1)) {
+        rep.notes.push(format!(
+            "1 worker: engine {:.1}x kernel ext4 (in-process calls vs system calls on a loop-mounted image)",
+            e / k
+        ));
+    }
+    rep.plots.push(Plot::Lines { title: "fallocate2: total ops/s by workers".into(), x: "workers", y: "ops_per_s" });
+    rep
+}

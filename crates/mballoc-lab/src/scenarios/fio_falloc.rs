@@ -1,0 +1,117 @@
+//! Seed 000's fio job: 64 threads each appending 4 KiB at a time to their
+//! own file with `fallocate`, interleaved; then the seed's fragmentation
+//! table (bandwidth, free extents, extents per file, e4defrag's score) for
+//! optimize_scan on and off.
+
+use super::{engine, free_metrics, histogram_lines, kernel, layout_metrics, measure, Env};
+use crate::backend::{BackendKind, Target, WriteMode};
+use crate::kernel::KernelFs;
+use crate::report::{col, Plot, Row, ScenarioReport};
+use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use mballoc::OptimizeScan;
+use mballoc_fs::StreamPlacement;
+
+pub const ABOUT: &str =
+    "seed 000's fio job (64 threads appending 4 KiB with fallocate): bandwidth, free extents, extents per file, e4defrag and Ceph scores";
+
+/// 64 jobs of `file_bytes` each on a `volume`-byte volume.
+pub fn workload(jobs: u32, file_bytes: u64, volume: u64) -> Workload {
+    Workload {
+        name: "fio-falloc".into(),
+        volume: Size(volume),
+        block_size: 4096,
+        interleave: Interleave::Threads,
+        seconds: None,
+        jobs: vec![Job {
+            name: "job1".into(),
+            clones: jobs,
+            files: 1,
+            setup: vec![Step::new(OpKind::Create)],
+            steps: vec![Step::ranged(OpKind::Fallocate, 0, 4096, file_bytes / 4096)],
+            repeat: 1,
+        }],
+    }
+}
+
+fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str, rep: &mut ScenarioReport) {
+    let label = format!("fio-falloc {backend} {variant}");
+    let r = match measure(env, t, w, None, &label) {
+        Ok(r) => r,
+        Err(e) => {
+            rep.notes.push(e);
+            return;
+        }
+    };
+    t.sync();
+    let mut row = Row::new(backend, variant);
+    row.set("ops_per_s", r.ops_per_s().round()).set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0);
+    layout_metrics(&mut row, t, w.block_size, |_| true);
+    if let Some(text) = free_metrics(&mut row, t, backend) {
+        rep.sections.push((format!("{backend} {variant}: e2freefrag histogram"), histogram_lines(&text)));
+    }
+    rep.rows.push(row);
+}
+
+pub fn run(env: &Env) -> ScenarioReport {
+    let (file, volume) = if env.quick { (4u64 << 20, 1u64 << 30) } else { (64 << 20, 8 << 30) };
+    let w = workload(64, file, volume);
+    let mut rep = ScenarioReport::new(
+        "fio-falloc",
+        &format!(
+            "seed 000's fio job: 64 threads x {} MiB, fallocate 4 KiB appends, {} GiB volume",
+            file >> 20,
+            volume >> 30
+        ),
+        vec![
+            col("mib_per_s", "bw MiB/s", 1),
+            col("avg_free_extent_kib", "avg free ext KB", 0),
+            col("free_extents", "free extents", 0),
+            col("avg_extents_per_file", "extents/file", 1),
+            col("max_extents", "max", 0),
+            col("avg_size_per_extent_kib", "KB/extent", 0),
+            col("e4defrag_score", "e4defrag score", 0),
+            col("ceph_score", "ceph score", 3),
+        ],
+    );
+    if env.wants(BackendKind::Engine) {
+        for (variant, scan, place) in [
+            ("optimize_scan=1", OptimizeScan::On, StreamPlacement::PerFile),
+            ("optimize_scan=0", OptimizeScan::Off, StreamPlacement::PerFile),
+            ("ext4 placement", OptimizeScan::On, StreamPlacement::Kernel),
+        ] {
+            let t = engine(&w, WriteMode::Delalloc, |cfg| {
+                cfg.tunables.mb_optimize_scan = scan;
+                cfg.stream_placement = place;
+            });
+            observe(env, &t, &w, "engine", variant, &mut rep);
+        }
+    }
+    for k in env.kernels() {
+        let variants: &[(&str, &str)] = match k {
+            KernelFs::Ext4 => &[("optimize_scan=1", "mb_optimize_scan=1"), ("optimize_scan=0", "mb_optimize_scan=0")],
+            _ => &[("default", "")],
+        };
+        for (variant, opts) in variants {
+            match kernel(k, &w, opts) {
+                Ok(t) => observe(env, &t, &w, k.name(), variant, &mut rep),
+                Err(why) => {
+                    rep.skipped.push(format!("{}: {why}", k.name()));
+                    break;
+                }
+            }
+        }
+    }
+    let ext = |b: &str| {
+        rep.rows
+            .iter()
+            .filter(|r| r.backend == b)
+            .filter_map(|r| r.num("avg_extents_per_file"))
+            .fold(f64::NAN, f64::min)
+    };
+    let (e, k) = (ext("engine"), ext("ext4"));
+    if e.is_finite() && k.is_finite() && k > 0.0 {
+        rep.notes.push(format!("engine extents per file: {:.4} of ext4's (target: at most 1/10)", e / k));
+    }
+    rep.plots.push(Plot::FreeHistograms { title: "free space after the run".into() });
+    rep
+}

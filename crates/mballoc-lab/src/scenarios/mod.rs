@@ -1,0 +1,227 @@
+//! The lab's scenarios: each seed's experiment as workloads, run on every
+//! selected backend, reported as rows of metrics.
+
+pub mod aged;
+pub mod core;
+pub mod fallocate2;
+pub mod fio_falloc;
+pub mod multiblock;
+pub mod small_files;
+
+use crate::backend::{BackendKind, EngineTarget, KernelTarget, Target, WriteMode};
+use crate::kernel::{KernelFs, Mount};
+use crate::metrics;
+use crate::report::{Row, ScenarioReport};
+use crate::runner::{self, RunStats};
+use crate::workload::{Op, OpKind, Workload};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use mballoc::Geometry;
+use mballoc_fs::{Fs, FsConfig};
+use std::time::Duration;
+
+/// What every scenario is given.
+pub struct Env {
+    /// Smaller sizes, shorter times.
+    pub quick: bool,
+    pub seed: u64,
+    pub backends: Vec<BackendKind>,
+    pub progress: MultiProgress,
+}
+
+impl Env {
+    pub fn new(quick: bool, seed: u64, backends: Vec<BackendKind>) -> Env {
+        Env { quick, seed, backends, progress: MultiProgress::new() }
+    }
+
+    /// Whether `b` was asked for.
+    pub fn wants(&self, b: BackendKind) -> bool {
+        self.backends.contains(&b)
+    }
+
+    /// The kernel file systems asked for.
+    pub fn kernels(&self) -> Vec<KernelFs> {
+        self.backends
+            .iter()
+            .filter_map(|b| match b {
+                BackendKind::Kernel(k) => Some(*k),
+                BackendKind::Engine => None,
+            })
+            .collect()
+    }
+
+    /// A progress bar of `len` steps (a spinner when 0).
+    pub fn bar(&self, len: u64, msg: String) -> ProgressBar {
+        let b = self.progress.add(ProgressBar::new(len));
+        let style = if len == 0 {
+            ProgressStyle::with_template("{spinner} {msg} {pos} ops [{elapsed}]")
+        } else {
+            ProgressStyle::with_template("{bar:30} {percent:>3}% {msg} [{elapsed}/{duration}]")
+        };
+        b.set_style(style.expect("valid template"));
+        b.set_message(msg);
+        b
+    }
+}
+
+/// A scenario of the lab.
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub run: fn(&Env) -> ScenarioReport,
+}
+
+/// Every scenario, in run order.
+pub const ALL: &[Scenario] = &[
+    Scenario { name: "fallocate2", about: fallocate2::ABOUT, run: fallocate2::run },
+    Scenario { name: "fio-falloc", about: fio_falloc::ABOUT, run: fio_falloc::run },
+    Scenario { name: "small-files-fragmented", about: small_files::ABOUT, run: small_files::run },
+    Scenario { name: "multiblock-cost", about: multiblock::ABOUT, run: multiblock::run },
+    Scenario { name: "aged", about: aged::ABOUT, run: aged::run },
+    Scenario { name: "fallocate2-core", about: core::FALLOCATE2_ABOUT, run: core::run_fallocate2 },
+    Scenario { name: "fragmented-core", about: core::FRAGMENTED_ABOUT, run: core::run_fragmented },
+];
+
+/// Find a scenario by name.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    ALL.iter().find(|s| s.name == name)
+}
+
+/// An engine volume for workload `w`, configured by `tweak`.
+pub fn engine(w: &Workload, write_mode: WriteMode, tweak: impl FnOnce(&mut FsConfig)) -> EngineTarget {
+    let geo = Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size)).expect("validated workload geometry");
+    let mut cfg = FsConfig::new(geo);
+    cfg.tunables.mb_stats = true;
+    tweak(&mut cfg);
+    EngineTarget::new(Fs::new(cfg).expect("engine configuration"), w.file_names(), write_mode)
+}
+
+/// A kernel volume for workload `w`, mounted with `options`; the error says
+/// why it cannot run here.
+pub fn kernel(fs: KernelFs, w: &Workload, options: &str) -> Result<KernelTarget, String> {
+    let m = Mount::new(fs, w.volume.0, w.block_size, options)?;
+    KernelTarget::new(m, w.file_names(), w.block_size)
+}
+
+/// Run the streams of `w` (all jobs, or those named in `only`) with a bar.
+pub fn measure(
+    env: &Env,
+    target: &dyn Target,
+    w: &Workload,
+    only: Option<&str>,
+    label: &str,
+) -> Result<RunStats, String> {
+    let streams: Vec<_> = w
+        .streams()
+        .into_iter()
+        .filter(|s| match (only, s) {
+            (Some(name), crate::workload::StreamSpec::Job { job, .. }) => job.name == name,
+            _ => true,
+        })
+        .collect();
+    let limit = w.seconds.map(Duration::from_secs_f64);
+    let total: u64 = if limit.is_some() {
+        0
+    } else {
+        streams.iter().map(|s| s.ops().filter(|o| o.kind.is_data()).count() as u64).sum()
+    };
+    let bar = env.bar(total, label.to_string());
+    if let Some(l) = limit {
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} {pos} ops [{elapsed}]").expect("valid template"));
+        bar.set_message(format!("{label} ({:.1} s)", l.as_secs_f64()));
+    }
+    let r = runner::run(target, &streams, w.interleave, limit, &bar).map_err(|e| format!("{label}: {e}"));
+    bar.finish_and_clear();
+    r
+}
+
+/// Fill the volume through file slot `slot` (created here): fallocate in
+/// large steps until the volume is full, then smaller ones, down to one
+/// block. Returns the bytes allocated.
+pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, String> {
+    let create = Op { kind: OpKind::Create, file: slot, offset: 0, len: 0 };
+    runner::apply_all(target, [create]).map_err(|e| e.to_string())?;
+    let mut at = 0u64;
+    for step in [64 << 20, 1 << 20, 64 * block, block] {
+        loop {
+            let op = Op { kind: OpKind::Fallocate, file: slot, offset: at, len: step };
+            match target.apply(&op) {
+                Ok(()) => at += step,
+                Err(crate::backend::OpError::NoSpace) => break,
+                Err(e) => return Err(format!("filling the volume: {e}")),
+            }
+        }
+    }
+    Ok(at)
+}
+
+/// Punch `len` bytes every `period` bytes of `[0, size)` of file `slot`,
+/// starting `phase` bytes into each period; `keep(i)` says whether period
+/// `i` is punched.
+pub fn punch_pattern(
+    target: &dyn Target,
+    slot: u32,
+    size: u64,
+    period: u64,
+    phase: u64,
+    len: u64,
+    keep: impl Fn(u64) -> bool,
+) -> Result<u64, String> {
+    let mut punched = 0;
+    let mut i = 0;
+    while i * period + phase + len <= size {
+        if keep(i) {
+            let op = Op { kind: OpKind::Punch, file: slot, offset: i * period + phase, len };
+            target.apply(&op).map_err(|e| format!("punching the pattern: {e}"))?;
+            punched += len;
+        }
+        i += 1;
+    }
+    Ok(punched)
+}
+
+/// Metrics of the files' layouts (all files but those `skip` names).
+pub fn layout_metrics(row: &mut Row, target: &dyn Target, block_size: u32, keep: impl Fn(&str) -> bool) {
+    match target.layouts() {
+        Ok(files) => {
+            let files: Vec<_> = files.into_iter().filter(|f| keep(&f.name)).collect();
+            let n = files.len().max(1) as f64;
+            let ext: Vec<u64> = files.iter().map(|f| f.filefrag_extents()).collect();
+            row.set("files", files.len() as u64);
+            row.set("avg_extents_per_file", ext.iter().sum::<u64>() as f64 / n);
+            row.set("max_extents", ext.iter().copied().max().unwrap_or(0));
+            let d = metrics::e4defrag(&files, block_size, target.blocks_per_flex());
+            row.set("avg_size_per_extent_kib", d.avg_extent_kib);
+            row.set("e4defrag_score", d.score.round());
+        }
+        Err(e) => {
+            row.set("layout_error", e);
+        }
+    }
+}
+
+/// Metrics of the free space; returns e2freefrag's text.
+pub fn free_metrics(row: &mut Row, target: &dyn Target, device: &str) -> Option<String> {
+    match target.free_space() {
+        Ok(fs) => {
+            let h = fs.histogram();
+            row.set("free_extents", h.free_extents());
+            row.set("avg_free_extent_kib", h.avg_free_extent_kib());
+            row.set("ceph_score", (fs.ceph_score() * 1000.0).round() / 1000.0);
+            row.set("free_hist_blocks", h.buckets().iter().map(|b| b.1).collect::<Vec<u64>>());
+            row.set("block_size", fs.block_size);
+            Some(h.render(device))
+        }
+        Err(why) => {
+            for k in ["free_extents", "avg_free_extent_kib", "ceph_score"] {
+                row.set(k, "n/a");
+            }
+            row.set("free_space_note", why);
+            None
+        }
+    }
+}
+
+/// The histogram part of e2freefrag's text.
+pub fn histogram_lines(freefrag: &str) -> String {
+    freefrag.lines().skip_while(|l| !l.starts_with("HISTOGRAM")).skip(1).collect::<Vec<_>>().join("\n")
+}

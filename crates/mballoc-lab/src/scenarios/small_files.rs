@@ -1,0 +1,137 @@
+//! Seed 001's benchmark: a volume whose free space is fragmented to 4 MiB
+//! average free extents (fill it, punch 4 MiB of every 8 MiB), then 64
+//! writers each creating 64 KiB files (16 KiB writes, fsync, close: fs_mark
+//! with nodelalloc). Files/s, extents scanned and hits per pass, with and
+//! without CR_BEST_AVAIL_LEN (`mb_best_avail_max_trim_order` 3 vs 0).
+
+use super::{engine, fill, kernel, layout_metrics, measure, punch_pattern, Env};
+use crate::backend::{AllocCounters, BackendKind, Target, WriteMode};
+use crate::kernel::KernelFs;
+use crate::report::{col, Row, ScenarioReport};
+use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+
+pub const ABOUT: &str =
+    "seed 001: 64 writers creating 64 KiB files on a volume fragmented to 4 MiB free extents; files/s, extents scanned, hits per pass, with and without CR_BEST_AVAIL_LEN";
+
+/// The fragmenting file and `writers` × `files` small files.
+pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
+    Workload {
+        name: "small-files-fragmented".into(),
+        volume: Size(volume),
+        block_size: 4096,
+        interleave: Interleave::Threads,
+        seconds: None,
+        jobs: vec![
+            Job { name: "fill".into(), clones: 1, files: 1, setup: vec![], steps: vec![], repeat: 1 },
+            Job {
+                name: "fsmark".into(),
+                clones: writers,
+                files,
+                setup: vec![],
+                steps: vec![
+                    Step::new(OpKind::Create),
+                    Step::ranged(OpKind::Write, 0, 16 << 10, 4),
+                    Step::new(OpKind::Fsync),
+                    Step::new(OpKind::Close),
+                ],
+                repeat: 1,
+            },
+        ],
+    }
+}
+
+/// Fragment the volume: fill it through slot 0, then punch 4 MiB of every 8.
+pub fn fragment(t: &dyn Target, block: u64) -> Result<(), String> {
+    let size = fill(t, 0, block)?;
+    punch_pattern(t, 0, size, 8 << 20, 0, 4 << 20, |_| true)?;
+    t.sync();
+    Ok(())
+}
+
+fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str, rep: &mut ScenarioReport) {
+    if let Err(e) = fragment(t, u64::from(w.block_size)) {
+        rep.notes.push(format!("{backend} {variant}: {e}"));
+        return;
+    }
+    let mut row = Row::new(backend, variant);
+    if let Ok(fs) = t.free_space() {
+        row.set("avg_free_extent_kib_before", fs.histogram().avg_free_extent_kib());
+    }
+    let before = t.counters();
+    let r = match measure(env, t, w, Some("fsmark"), &format!("small files {backend} {variant}")) {
+        Ok(r) => r,
+        Err(e) => {
+            rep.notes.push(e);
+            return;
+        }
+    };
+    row.set("files_per_s", r.creates_per_s().round());
+    match (before, t.counters()) {
+        (Some(b), Some(a)) => {
+            let d: AllocCounters = a.since(&b);
+            row.set("reqs", d.reqs)
+                .set("extents_scanned", d.extents_scanned)
+                .set("groups_scanned", d.groups_scanned)
+                .set("cr_hits", d.cr_hits.to_vec());
+        }
+        _ => {
+            for k in ["reqs", "extents_scanned", "groups_scanned", "cr_hits"] {
+                row.set(k, "n/a");
+            }
+        }
+    }
+    t.sync();
+    layout_metrics(&mut row, t, w.block_size, |name| name.starts_with("fsmark."));
+    rep.rows.push(row);
+}
+
+pub fn run(env: &Env) -> ScenarioReport {
+    let (files, volume) = if env.quick { (16u32, 1u64 << 30) } else { (256, 8 << 30) };
+    let w = workload(64, files, volume);
+    let mut rep = ScenarioReport::new(
+        "small-files-fragmented",
+        &format!(
+            "seed 001: {} GiB volume, free space in 4 MiB holes every 8 MiB; 64 writers x {files} files of 64 KiB (16 KiB writes, fsync), nodelalloc",
+            volume >> 30
+        ),
+        vec![
+            col("avg_free_extent_kib_before", "avg free KB", 0),
+            col("files_per_s", "files/s", 0),
+            col("reqs", "requests", 0),
+            col("extents_scanned", "extents scanned", 0),
+            col("groups_scanned", "groups scanned", 0),
+            col("cr_hits", "hits p2/fast/best/slow/any", 0),
+            col("avg_extents_per_file", "extents/file", 2),
+        ],
+    );
+    let trims = [("with CR_BEST_AVAIL_LEN", 3u32), ("without CR_BEST_AVAIL_LEN", 0)];
+    if env.wants(BackendKind::Engine) {
+        for (variant, trim) in trims {
+            let t = engine(&w, WriteMode::NoDelalloc, |cfg| cfg.tunables.mb_best_avail_max_trim_order = trim);
+            observe(env, &t, &w, "engine", variant, &mut rep);
+        }
+    }
+    for k in env.kernels() {
+        if k == KernelFs::Ext4 {
+            for (variant, trim) in trims {
+                match kernel(k, &w, "nodelalloc") {
+                    Ok(t) => match t.mount().set_ext4_knob("mb_best_avail_max_trim_order", &trim.to_string()) {
+                        Ok(()) => observe(env, &t, &w, k.name(), variant, &mut rep),
+                        Err(e) => rep.notes.push(format!("ext4 {variant}: {e}")),
+                    },
+                    Err(why) => {
+                        rep.skipped.push(format!("{}: {why}", k.name()));
+                        break;
+                    }
+                }
+            }
+        } else {
+            match kernel(k, &w, "") {
+                Ok(t) => observe(env, &t, &w, k.name(), "default", &mut rep),
+                Err(why) => rep.skipped.push(format!("{}: {why}", k.name())),
+            }
+        }
+    }
+    rep.notes.push("hits: requests served by CR_POWER2_ALIGNED / CR_GOAL_LEN_FAST / CR_BEST_AVAIL_LEN / CR_GOAL_LEN_SLOW / CR_ANY_FREE; ext4's come from /proc/fs/ext4/DEV/mb_stats".into());
+    rep
+}

@@ -1,0 +1,123 @@
+//! Every scenario end to end at quick size on the engine, the JSON shape,
+//! and, as root, the kernel ext4 backend: a scenario on it, and our
+//! e2freefrag rendering of its GETFSMAP map against e2freefrag's own
+//! output on the unmounted image.
+
+use mballoc_lab::backend::{BackendKind, Target};
+use mballoc_lab::kernel::KernelFs;
+use mballoc_lab::report::Report;
+use mballoc_lab::runner;
+use mballoc_lab::scenarios::{self, Env};
+use mballoc_lab::workload::{Op, OpKind, Workload};
+use serde_json::Value;
+
+/// The metric keys each scenario must report.
+const REQUIRED: &[(&str, &[&str])] = &[
+    ("fallocate2", &["workers", "ops_per_s"]),
+    ("fio-falloc", &["avg_extents_per_file", "free_extents", "avg_free_extent_kib", "e4defrag_score", "ops_per_s"]),
+    ("aged", &["fresh_mib_per_s", "aged_mib_per_s", "extents", "extents_scanned_per_request"]),
+    ("small-files-fragmented", &["files_per_s", "extents_scanned", "cr_hits"]),
+    ("multiblock-cost", &["size_kib", "ns_per_block"]),
+    ("fallocate2-core", &["workers", "ops_per_s"]),
+    ("fragmented-core", &["requests", "ns_per_request"]),
+];
+
+fn engine_env() -> Env {
+    Env::new(true, 7, vec![BackendKind::Engine])
+}
+
+#[test]
+fn every_scenario_runs_on_the_engine_and_the_json_has_its_keys() {
+    let env = engine_env();
+    let mut report = Report { seed: 7, quick: true, scenarios: vec![] };
+    for s in scenarios::ALL {
+        let r = (s.run)(&env);
+        assert!(!r.rows.is_empty(), "{} produced no rows: {:?}", s.name, r.notes);
+        assert!(r.rows.iter().all(|row| row.backend == "engine"));
+        report.scenarios.push(r);
+    }
+    let doc: Value = serde_json::from_str(&report.json()).expect("valid JSON");
+    let list = doc["scenarios"].as_array().expect("scenarios array");
+    assert_eq!(list.len(), scenarios::ALL.len());
+    for sc in list {
+        let name = sc["name"].as_str().expect("name");
+        let keys = REQUIRED.iter().find(|r| r.0 == name).expect("known scenario").1;
+        for row in sc["rows"].as_array().expect("rows") {
+            assert!(row["backend"].is_string() && row["variant"].is_string(), "{row}");
+            for k in keys {
+                let v = &row["metrics"][k];
+                assert!(v.is_number() || v.is_array(), "{name}: metric {k} missing in {row}");
+            }
+        }
+        if name == "small-files-fragmented" {
+            assert_eq!(sc["rows"][0]["metrics"]["cr_hits"].as_array().map(Vec::len), Some(5));
+        }
+    }
+    let html = report.html();
+    assert!(html.contains("<svg") && html.contains("fio-falloc"));
+}
+
+#[test]
+fn engine_targets_hold_their_marks() {
+    let env = engine_env();
+    // Seed 002: the 12 MiB file is one allocation with delayed allocation.
+    let mb = scenarios::multiblock::run(&env);
+    let big = mb.rows.iter().find(|r| r.variant == "delalloc" && r.num("size_kib") == Some(12288.0)).unwrap();
+    assert_eq!(big.num("alloc_calls_per_file"), Some(1.0));
+    // Seed 003: trimming to the minimum finds a fragment by index.
+    let aged = scenarios::aged::run(&env);
+    let row = aged.rows.iter().find(|r| r.variant.contains("trim to minimum")).unwrap();
+    let scanned = row.num("extents_scanned_per_request").unwrap();
+    assert!(scanned <= 4.0, "{scanned} extents scanned per request");
+    let used = row.num("used_pct_before").unwrap();
+    assert!((76.0..=81.0).contains(&used), "aged to {used}%");
+}
+
+fn root() -> bool {
+    mballoc_lab::sys::is_root() && std::path::Path::new("/dev/loop-control").exists()
+}
+
+#[test]
+fn a_scenario_runs_on_kernel_ext4() {
+    if !root() {
+        eprintln!("skipped: needs root and loop devices");
+        return;
+    }
+    let env = Env::new(true, 1, vec![BackendKind::Engine, BackendKind::Kernel(KernelFs::Ext4)]);
+    let r = scenarios::fallocate2::run_with(&env, &[1, 2], 0.1, 256 << 20);
+    let ext4: Vec<_> = r.rows.iter().filter(|r| r.backend == "ext4").collect();
+    assert_eq!(ext4.len(), 2, "{:?} {:?}", r.skipped, r.notes);
+    assert!(ext4.iter().all(|r| r.num("ops_per_s").unwrap() > 0.0));
+}
+
+#[test]
+fn freefrag_layout_matches_e2freefrag_on_a_kernel_ext4_image() {
+    if !root() {
+        eprintln!("skipped: needs root and loop devices");
+        return;
+    }
+    let w = Workload::from_toml(
+        "name = 'holes'\nvolume = '256M'\n[[job]]\nname = 'f'\nfiles = 3\nsteps = [{ op = 'create' }]",
+    )
+    .unwrap();
+    let t = scenarios::kernel(KernelFs::Ext4, &w, "").expect("ext4 mounts as root");
+    // Files with holes of several sizes, some crossing group boundaries.
+    let mut ops = vec![];
+    for f in 0..3u32 {
+        ops.push(Op { kind: OpKind::Create, file: f, offset: 0, len: 0 });
+        ops.push(Op { kind: OpKind::Fallocate, file: f, offset: 0, len: 48 << 20 });
+    }
+    for (i, len) in [4096u64, 8192, 12288, 65536, 1 << 20, 5 << 20].iter().enumerate() {
+        ops.push(Op { kind: OpKind::Punch, file: (i % 3) as u32, offset: (i as u64 + 1) * (6 << 20), len: *len });
+    }
+    runner::apply_all(&t, ops).unwrap();
+    for f in 0..3 {
+        runner::apply_all(&t, [Op { kind: OpKind::Close, file: f, offset: 0, len: 0 }]).unwrap();
+    }
+    t.sync();
+    let ours = t.free_space().unwrap().histogram();
+    let image = t.unmount().unwrap();
+    let device = image.path().display().to_string();
+    let theirs = mballoc_lab::kernel::output(std::process::Command::new("e2freefrag").arg(image.path())).unwrap();
+    assert_eq!(ours.render(&device), theirs);
+}
