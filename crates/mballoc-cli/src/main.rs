@@ -212,7 +212,7 @@ fn finish(report: &Report, out: &Output) -> Result<()> {
 
 /// A user's workload (TOML or trace) on every chosen backend.
 fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
-    let (w, streams): (Workload, Vec<StreamSpec>) = if text.starts_with("# mballoc trace") {
+    let (w, streams, names): (Workload, Vec<StreamSpec>, Vec<String>) = if text.starts_with("# mballoc trace") {
         let t = Trace::parse(text)?;
         let w = Workload {
             name: "trace".into(),
@@ -222,13 +222,13 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
             seconds: None,
             jobs: vec![],
         };
-        (w, t.stream_specs())
+        let streams = t.stream_specs();
+        (w, streams, t.files)
     } else {
         let w = Workload::from_toml(text)?;
-        let s = w.streams();
-        (w, s)
+        let (s, names) = (w.streams(), w.file_names());
+        (w, s, names)
     };
-    let names = if w.jobs.is_empty() { Trace::parse(text)?.files } else { w.file_names() };
     let mut rep = ScenarioReport::new(
         &w.name,
         &format!("user workload, {} streams, {} volume", streams.len(), w.volume),
@@ -244,7 +244,7 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
         ],
     );
     let limit = w.seconds.map(std::time::Duration::from_secs_f64);
-    let mut run_on = |t: &dyn Target, backend: &str| {
+    let run_on = |rep: &mut ScenarioReport, t: &dyn Target, backend: &str| {
         let bar = env.bar(0, format!("{} on {backend}", w.name));
         let r = mballoc_lab::runner::run(t, &streams, w.interleave, limit, &bar);
         bar.finish_and_clear();
@@ -264,22 +264,14 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
     };
     for b in &env.backends {
         match b {
-            BackendKind::Engine => {
-                let geo = mballoc::Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size))?;
-                let mut cfg = mballoc_fs::FsConfig::new(geo);
-                cfg.tunables.mb_stats = true;
-                let t = mballoc_lab::backend::EngineTarget::new(
-                    mballoc_fs::Fs::new(cfg)?,
-                    names.clone(),
-                    WriteMode::Delalloc,
-                );
-                run_on(&t, "engine");
-            }
-            BackendKind::Kernel(k) => match mballoc_lab::kernel::Mount::new(*k, w.volume.0, w.block_size, "")
-                .and_then(|m| mballoc_lab::backend::KernelTarget::new(m, names.clone(), w.block_size))
-            {
-                Ok(t) => run_on(&t, k.name()),
-                Err(why) => rep.skipped.push(format!("{}: {why}", k.name())),
+            BackendKind::Engine => run_on(
+                &mut rep,
+                &scenarios::engine_with_files(&w, names.clone(), WriteMode::Delalloc, |_| {}),
+                "engine",
+            ),
+            BackendKind::Kernel(k) => match scenarios::kernel_with_files(*k, &w, names.clone(), "") {
+                Ok(t) => run_on(&mut rep, &t, k.name()),
+                Err(why) => rep.skip(k.name(), &why),
             },
         }
     }

@@ -86,6 +86,18 @@ impl ScenarioReport {
         }
     }
 
+    /// Record, once, that `backend` cannot run here and why.
+    pub fn skip(&mut self, backend: &str, why: &str) {
+        if !self.is_skipped(backend) {
+            self.skipped.push(format!("{backend}: {why}"));
+        }
+    }
+
+    /// Whether `backend` was found unable to run here.
+    pub fn is_skipped(&self, backend: &str) -> bool {
+        self.skipped.iter().any(|s| s.strip_prefix(backend).is_some_and(|r| r.starts_with(':')))
+    }
+
     /// The table as text.
     pub fn table(&self) -> String {
         let mut cells: Vec<Vec<String>> = vec![];

@@ -370,6 +370,18 @@ struct Ctx {
     whole_run: bool,
 }
 
+impl Ctx {
+    /// The most a found run may give: the goal length, or under
+    /// `whole_run` the original goal length.
+    fn take_limit(&self) -> u32 {
+        if self.whole_run {
+            self.orig_goal_len
+        } else {
+            self.goal_len
+        }
+    }
+}
+
 type Guard<'a> = MutexGuard<'a, Option<Box<Buddy>>>;
 
 impl Allocator {
@@ -851,7 +863,7 @@ impl Allocator {
                     continue;
                 }
             }
-            let len = buddy.find_extent(i, if ctx.whole_run { ctx.orig_goal_len } else { ctx.goal_len });
+            let len = buddy.find_extent(i, ctx.take_limit());
             assert!(len > 0 && len <= free, "group {g}: buddy disagrees with info");
             self.measure_extent(ctx, Cand { group: g, start: i, len }, slot, buddy);
             i += len;
@@ -918,7 +930,7 @@ impl Allocator {
     fn use_best_found(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
         let b = ctx.best.expect("use_best_found without a candidate");
         debug_assert_eq!(b.group, g);
-        let len = b.len.min(if ctx.whole_run { ctx.orig_goal_len } else { ctx.goal_len });
+        let len = b.len.min(ctx.take_limit());
         let old = orders(buddy.info());
         buddy.mark_used(b.start, len);
         self.after_change(g, slot, old, buddy.info());

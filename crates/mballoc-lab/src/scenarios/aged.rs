@@ -111,7 +111,7 @@ fn pair<T: Target>(
 /// The ldiskfs way of tuning the table: keep only window sizes the aged
 /// volume's buddies can still give (seed 003's build_prealloc.sh over
 /// mb_groups).
-fn tuned_table(env: &Env, w: &Workload) -> Result<PreallocTable, String> {
+fn tuned_table(w: &Workload) -> Result<PreallocTable, String> {
     let probe: EngineTarget = engine(w, WriteMode::Delalloc, |_| {});
     age(&probe, u64::from(w.block_size))?;
     let a = probe.fs().allocator();
@@ -121,7 +121,6 @@ fn tuned_table(env: &Env, w: &Workload) -> Result<PreallocTable, String> {
             top = top.max(o as u32);
         }
     }
-    let _ = env;
     let sizes: Vec<u32> = (2..=top.max(2)).map(|k| 1u32 << k).collect();
     PreallocTable::new(sizes, 256, 1024).map_err(|e| e.to_string())
 }
@@ -148,7 +147,7 @@ pub fn run(env: &Env) -> ScenarioReport {
         ],
     );
     if env.wants(BackendKind::Engine) {
-        let table = tuned_table(env, &w);
+        let table = tuned_table(&w);
         if let Ok(t) = &table {
             rep.notes.push(format!("tuned table (from the aged volume's buddies): {:?} blocks", t.sizes()));
         }
@@ -202,11 +201,13 @@ pub fn run(env: &Env) -> ScenarioReport {
             KernelFs::Ext4 => &[("optimize_scan", "mb_optimize_scan=1"), ("linear scan", "mb_optimize_scan=0")],
             _ => &[("default", "")],
         };
+        // The pairs build their own volumes; a small one first tells
+        // whether this file system can be mounted here at all.
+        if let Err(why) = crate::kernel::Mount::new(k, k.min_bytes(), w.block_size, "") {
+            rep.skip(k.name(), &why);
+            continue;
+        }
         for (variant, opts) in variants {
-            if let Err(why) = crate::kernel::Mount::new(k, k.min_bytes(), 4096, "").map(drop) {
-                rep.skipped.push(format!("{}: {why}", k.name()));
-                break;
-            }
             match pair(env, &w, k.name(), variant, || kernel(k, &w, opts)) {
                 Ok(r) => rep.rows.push(r),
                 Err(e) => rep.notes.push(format!("{} {variant}: {e}", k.name())),

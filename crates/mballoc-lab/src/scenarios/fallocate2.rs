@@ -72,17 +72,15 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
             }
         }
         for k in env.kernels() {
+            if rep.is_skipped(k.name()) {
+                continue;
+            }
             match kernel(k, &w, "") {
                 Ok(t) => match measure(env, &t, &w, None, &format!("fallocate2 {} x{n}", k.name())) {
                     Ok(r) => rep.rows.push(row(k.name(), "default", n, &r)),
                     Err(e) => rep.notes.push(format!("{} at {n} workers failed: {e}", k.name())),
                 },
-                Err(why) => {
-                    let s = format!("{}: {why}", k.name());
-                    if !rep.skipped.contains(&s) {
-                        rep.skipped.push(s);
-                    }
-                }
+                Err(why) => rep.skip(k.name(), &why),
             }
         }
     }

@@ -95,7 +95,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             match kernel(k, &w, opts) {
                 Ok(t) => observe(env, &t, &w, k.name(), variant, &mut rep),
                 Err(why) => {
-                    rep.skipped.push(format!("{}: {why}", k.name()));
+                    rep.skip(k.name(), &why);
                     break;
                 }
             }

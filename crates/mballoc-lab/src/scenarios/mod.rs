@@ -88,18 +88,38 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
 
 /// An engine volume for workload `w`, configured by `tweak`.
 pub fn engine(w: &Workload, write_mode: WriteMode, tweak: impl FnOnce(&mut FsConfig)) -> EngineTarget {
+    engine_with_files(w, w.file_names(), write_mode, tweak)
+}
+
+/// An engine volume of `w`'s shape whose file slots are `names` (a trace's).
+pub fn engine_with_files(
+    w: &Workload,
+    names: Vec<String>,
+    write_mode: WriteMode,
+    tweak: impl FnOnce(&mut FsConfig),
+) -> EngineTarget {
     let geo = Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size)).expect("validated workload geometry");
     let mut cfg = FsConfig::new(geo);
     cfg.tunables.mb_stats = true;
     tweak(&mut cfg);
-    EngineTarget::new(Fs::new(cfg).expect("engine configuration"), w.file_names(), write_mode)
+    EngineTarget::new(Fs::new(cfg).expect("engine configuration"), names, write_mode)
 }
 
 /// A kernel volume for workload `w`, mounted with `options`; the error says
 /// why it cannot run here.
 pub fn kernel(fs: KernelFs, w: &Workload, options: &str) -> Result<KernelTarget, String> {
+    kernel_with_files(fs, w, w.file_names(), options)
+}
+
+/// A kernel volume of `w`'s shape whose file slots are `names` (a trace's).
+pub fn kernel_with_files(
+    fs: KernelFs,
+    w: &Workload,
+    names: Vec<String>,
+    options: &str,
+) -> Result<KernelTarget, String> {
     let m = Mount::new(fs, w.volume.0, w.block_size, options)?;
-    KernelTarget::new(m, w.file_names(), w.block_size)
+    KernelTarget::new(m, names, w.block_size)
 }
 
 /// Run the streams of `w` (all jobs, or those named in `only`) with a bar.
@@ -124,11 +144,11 @@ pub fn measure(
     } else {
         streams.iter().map(|s| s.ops().filter(|o| o.kind.is_data()).count() as u64).sum()
     };
-    let bar = env.bar(total, label.to_string());
-    if let Some(l) = limit {
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg} {pos} ops [{elapsed}]").expect("valid template"));
-        bar.set_message(format!("{label} ({:.1} s)", l.as_secs_f64()));
-    }
+    let msg = match limit {
+        Some(l) => format!("{label} ({:.1} s)", l.as_secs_f64()),
+        None => label.to_string(),
+    };
+    let bar = env.bar(total, msg);
     let r = runner::run(target, &streams, w.interleave, limit, &bar).map_err(|e| format!("{label}: {e}"));
     bar.finish_and_clear();
     r

@@ -111,7 +111,6 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("extents_per_file", "extents/file", 2),
         ],
     );
-    let mut skipped = false;
     for size_kib in [5u64, 600, 12 << 10] {
         let files = files_for(size_kib, env.quick);
         let w = workload(size_kib, files);
@@ -132,7 +131,7 @@ pub fn run(env: &Env) -> ScenarioReport {
                 }
             }
         }
-        if env.wants(BackendKind::Kernel(KernelFs::Ext4)) && !skipped {
+        if env.wants(BackendKind::Kernel(KernelFs::Ext4)) && !rep.is_skipped("ext4") {
             for (variant, opts) in [("nodelalloc", "nodelalloc"), ("delalloc", "")] {
                 match kernel(KernelFs::Ext4, &w, opts) {
                     Ok(t) => match file_layer(env, &t, &w, size_kib, "ext4", variant) {
@@ -140,8 +139,7 @@ pub fn run(env: &Env) -> ScenarioReport {
                         Err(e) => rep.notes.push(e),
                     },
                     Err(why) => {
-                        rep.skipped.push(format!("ext4: {why}"));
-                        skipped = true;
+                        rep.skip("ext4", &why);
                         break;
                     }
                 }

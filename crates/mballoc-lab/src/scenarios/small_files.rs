@@ -120,7 +120,7 @@ pub fn run(env: &Env) -> ScenarioReport {
                         Err(e) => rep.notes.push(format!("ext4 {variant}: {e}")),
                     },
                     Err(why) => {
-                        rep.skipped.push(format!("{}: {why}", k.name()));
+                        rep.skip(k.name(), &why);
                         break;
                     }
                 }
@@ -128,7 +128,7 @@ pub fn run(env: &Env) -> ScenarioReport {
         } else {
             match kernel(k, &w, "") {
                 Ok(t) => observe(env, &t, &w, k.name(), "default", &mut rep),
-                Err(why) => rep.skipped.push(format!("{}: {why}", k.name())),
+                Err(why) => rep.skip(k.name(), &why),
             }
         }
     }
