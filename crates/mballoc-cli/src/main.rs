@@ -2,12 +2,15 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
 use mballoc_lab::backend::{BackendKind, Target, WriteMode};
 use mballoc_lab::report::{col, Report, Row, ScenarioReport};
-use mballoc_lab::scenarios::{self, Env};
+use mballoc_lab::scenarios::{self, Env, StartImage};
 use mballoc_lab::workload::{StreamSpec, Trace, Workload};
 use std::io::Write;
 use std::path::PathBuf;
+
+mod inspect;
 
 #[derive(Parser)]
 #[command(name = "mballoc", version, about = "ext4's multiblock allocator: lab, benchmarks and reports")]
@@ -22,6 +25,23 @@ enum Cmd {
     Lab {
         #[command(subcommand)]
         cmd: LabCmd,
+    },
+    /// Read an ext2/3/4 image: free space, groups, files.
+    Inspect {
+        /// The image file (or block device).
+        image: PathBuf,
+        /// The free-space report, as `e2freefrag IMAGE` prints it.
+        #[arg(long)]
+        freefrag: bool,
+        /// Per-group free space, in the layout of /proc/fs/ext4/DEV/mb_groups.
+        #[arg(long)]
+        groups: bool,
+        /// One line per regular file, as `filefrag PATH` prints it.
+        #[arg(long)]
+        files: bool,
+        /// Read on when a checksum does not match.
+        #[arg(long)]
+        ignore_checksums: bool,
     },
     /// Micro-benchmarks.
     Bench {
@@ -57,6 +77,10 @@ enum LabCmd {
         /// Scale sizes down (the whole set in under two minutes).
         #[arg(long)]
         quick: bool,
+        /// Start every volume from this ext4 image (the engine loads it,
+        /// ext4 mounts a copy; it is never written).
+        #[arg(long, value_name = "IMAGE")]
+        from_image: Option<PathBuf>,
         #[command(flatten)]
         out: Output,
     },
@@ -118,15 +142,51 @@ fn backends(names: &[String]) -> Result<Vec<BackendKind>> {
         .collect()
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // A reader that stops early (`| head`) is not a failure.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     match Cli::parse().cmd {
+        Cmd::Inspect { image, freefrag, groups, files, ignore_checksums } => {
+            let policy = if ignore_checksums { ChecksumPolicy::Ignore } else { ChecksumPolicy::Verify };
+            let src = FileSource::open(&image).with_context(|| format!("opening {}", image.display()))?;
+            let vol = Volume::open(src, policy).with_context(|| format!("reading {}", image.display()))?;
+            let mut out = std::io::stdout().lock();
+            if !(freefrag || groups || files) {
+                write!(out, "{}", inspect::summary(&vol, &image)?)?;
+            }
+            if freefrag {
+                write!(out, "{}", inspect::freefrag(&vol, &image.display().to_string())?)?;
+            }
+            if groups {
+                write!(out, "{}", mballoc_ext4::engine::allocator(&vol)?.mb_groups_report())?;
+            }
+            if files {
+                for e in vol.walk()?.files() {
+                    let n = e.map.filefrag_extents();
+                    writeln!(out, "{}: {n} extent{} found", e.path, if n == 1 { "" } else { "s" })?;
+                }
+            }
+            Ok(())
+        }
         Cmd::Lab { cmd: LabCmd::List } => {
             for s in scenarios::ALL {
                 println!("{:<24} {}", s.name, s.about);
             }
             Ok(())
         }
-        Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, out } } => {
+        Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, from_image, out } } => {
             let chosen: Vec<&scenarios::Scenario> = if names.is_empty() {
                 scenarios::ALL.iter().collect()
             } else {
@@ -138,13 +198,19 @@ fn main() -> Result<()> {
                     })
                     .collect::<Result<_>>()?
             };
-            let env = Env::new(quick, out.seed, backends(&out.backends)?);
+            let mut env = Env::new(quick, out.seed, backends(&out.backends)?);
+            if let Some(image) = &from_image {
+                env = env.start_from(StartImage::open(image).map_err(anyhow::Error::msg)?);
+            }
             let mut report = Report { seed: out.seed, quick, scenarios: vec![] };
             if !out.json {
                 println!("mballoc lab (seed {}{})\n", out.seed, if quick { ", quick" } else { "" });
             }
             for s in chosen {
-                let r = (s.run)(&env);
+                let mut r = (s.run)(&env);
+                if let Some(img) = &env.image {
+                    r.notes.push(format!("volumes started from {} (its free space and files)", img.path.display()));
+                }
                 if !out.json {
                     println!("{}", r.text());
                 }
@@ -219,13 +285,19 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
             volume: mballoc_lab::workload::Size(t.volume),
             block_size: t.block_size,
             interleave: t.interleave,
+            image: None,
             seconds: None,
             jobs: vec![],
         };
         let streams = t.stream_specs();
         (w, streams, t.files)
     } else {
-        let w = Workload::from_toml(text)?;
+        let mut w = Workload::from_toml(text)?;
+        if let Some(path) = &w.image {
+            let img = StartImage::open(path).map_err(anyhow::Error::msg)?;
+            w.volume = mballoc_lab::workload::Size(img.bytes);
+            w.block_size = img.block_size;
+        }
         let (s, names) = (w.streams(), w.file_names());
         (w, s, names)
     };
@@ -264,11 +336,10 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
     };
     for b in &env.backends {
         match b {
-            BackendKind::Engine => run_on(
-                &mut rep,
-                &scenarios::engine_with_files(&w, names.clone(), WriteMode::Delalloc, |_| {}),
-                "engine",
-            ),
+            BackendKind::Engine => match scenarios::engine_with_files(&w, names.clone(), WriteMode::Delalloc, |_| {}) {
+                Ok(t) => run_on(&mut rep, &t, "engine"),
+                Err(e) => rep.notes.push(format!("engine: {e}")),
+            },
             BackendKind::Kernel(k) => match scenarios::kernel_with_files(*k, &w, names.clone(), "") {
                 Ok(t) => run_on(&mut rep, &t, k.name()),
                 Err(why) => rep.skip(k.name(), &why),

@@ -39,6 +39,11 @@ pub enum FsError {
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
 
+    /// A volume's state that cannot be imported (file blocks free in the
+    /// bitmap, owned twice, or outside the volume).
+    #[error("cannot import: {0}")]
+    InvalidImport(String),
+
     /// The allocator rejected something.
     #[error(transparent)]
     Alloc(#[from] mballoc::Error),

@@ -81,7 +81,8 @@ pub mod space;
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent};
 pub use fs::{
-    FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsConfig, FsStats, StreamPlacement, APPEND_WINDOW_MAX,
+    FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsConfig, FsStats, ImportedFile, StreamPlacement,
+    APPEND_WINDOW_MAX,
 };
 pub use journal::JournalStats;
 pub use mballoc::Concurrency;

@@ -112,15 +112,35 @@ impl Mount {
             return Err("needs root for loop mounts".into());
         }
         let bytes = bytes.max(fs.min_bytes());
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let base = PathBuf::from(format!("/dev/shm/mballoc-lab-{}-{}-{n}", fs.name(), std::process::id()));
-        let image = base.with_extension("img");
-        let dir = base.with_extension("mnt");
-        let file = std::fs::File::create(&image).map_err(|e| format!("{}: {e}", image.display()))?;
-        let image = Image { path: image };
+        let image = Self::new_image(fs);
+        let file = std::fs::File::create(&image.path).map_err(|e| format!("{}: {e}", image.path.display()))?;
         file.set_len(bytes).map_err(|e| format!("{}: {e}", image.path.display()))?;
         drop(file);
         run(&mut fs.mkfs(&image.path, block_size))?;
+        Self::attach(fs, image, bytes, options)
+    }
+
+    /// Mount a copy of an existing ext4 image (the original is never
+    /// written), made sparse in /dev/shm.
+    pub fn from_image(source: &Path, options: &str) -> Result<Mount, String> {
+        if !crate::sys::is_root() {
+            return Err("needs root for loop mounts".into());
+        }
+        let image = Self::new_image(KernelFs::Ext4);
+        run(Command::new("cp").arg("--sparse=always").arg(source).arg(&image.path))?;
+        let bytes = std::fs::metadata(&image.path).map_err(|e| format!("{}: {e}", image.path.display()))?.len();
+        Self::attach(KernelFs::Ext4, image, bytes, options)
+    }
+
+    /// A fresh image name in /dev/shm.
+    fn new_image(fs: KernelFs) -> Image {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = PathBuf::from(format!("/dev/shm/mballoc-lab-{}-{}-{n}.img", fs.name(), std::process::id()));
+        Image { path }
+    }
+
+    fn attach(fs: KernelFs, image: Image, bytes: u64, options: &str) -> Result<Mount, String> {
+        let dir = image.path.with_extension("mnt");
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let opts = if options.is_empty() { "loop".to_string() } else { format!("loop,{options}") };
         if let Err(e) = run(Command::new("mount").args(["-o", &opts]).arg(&image.path).arg(&dir)) {

@@ -29,25 +29,10 @@ impl FileLayout {
         self.records.iter().map(|r| r.len).sum()
     }
 
-    /// Extents as `filefrag` reports them: a record counts unless it
-    /// continues the previous one physically, either at the distance its
-    /// logical offset says or right after it.
+    /// Extents as `filefrag` reports them (see
+    /// [`mballoc_ext4::filefrag_count`]).
     pub fn filefrag_extents(&self) -> u64 {
-        let mut n = 0;
-        let mut last: Option<&Record> = None;
-        for r in &self.records {
-            let counts = match last {
-                None => true,
-                Some(l) => {
-                    let expected = l.physical + (r.logical - l.logical);
-                    let dense = l.physical + l.len;
-                    r.logical != 0 && r.physical != expected && r.physical != dense
-                }
-            };
-            n += u64::from(counts);
-            last = Some(r);
-        }
-        n
+        mballoc_ext4::filefrag_count(self.records.iter().map(|r| (r.logical, r.physical, r.len)))
     }
 }
 
@@ -156,23 +141,6 @@ pub fn ceph_score(chunks: impl IntoIterator<Item = u64>, unit: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn layout(records: &[(u64, u64, u64)]) -> FileLayout {
-        FileLayout {
-            name: "f".into(),
-            records: records.iter().map(|&(logical, physical, len)| Record { logical, physical, len }).collect(),
-        }
-    }
-
-    #[test]
-    fn filefrag_merges_physically_continuous_records() {
-        // Two records split by the extent-length limit count once.
-        assert_eq!(layout(&[(0, 100, 32768), (32768, 32868, 10)]).filefrag_extents(), 1);
-        // A jump counts; a hole that keeps the physical distance does not.
-        assert_eq!(layout(&[(0, 100, 4), (4, 500, 4)]).filefrag_extents(), 2);
-        assert_eq!(layout(&[(0, 100, 4), (8, 108, 4)]).filefrag_extents(), 1);
-        assert_eq!(layout(&[]).filefrag_extents(), 0);
-    }
 
     #[test]
     fn e4defrag_matches_seed_000s_figures() {

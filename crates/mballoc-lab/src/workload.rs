@@ -254,6 +254,11 @@ pub struct Workload {
     pub block_size: u32,
     #[serde(default)]
     pub interleave: Interleave,
+    /// Start every volume from this ext4 image instead of an empty one
+    /// (the engine loads it; ext4 mounts a copy). `volume` and
+    /// `block_size` then come from the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<std::path::PathBuf>,
     /// Time limit; jobs with `repeat = 0` run until it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,

@@ -121,3 +121,42 @@ fn freefrag_layout_matches_e2freefrag_on_a_kernel_ext4_image() {
     let theirs = mballoc_lab::kernel::output(std::process::Command::new("e2freefrag").arg(image.path())).unwrap();
     assert_eq!(ours.render(&device), theirs);
 }
+
+#[test]
+fn scenarios_start_from_an_ext4_image() {
+    if std::process::Command::new("mke2fs").arg("-V").output().is_err() {
+        eprintln!("skipped: mke2fs not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mballoc-lab-image-{}", std::process::id()));
+    let tree = dir.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    for i in 0..8u8 {
+        std::fs::write(tree.join(format!("f{i}")), vec![i + 1; 3 << 20]).unwrap();
+    }
+    let img = dir.join("img");
+    let ok = std::process::Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"])
+        .arg(&tree)
+        .arg(&img)
+        .arg("1G")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let start = scenarios::StartImage::open(&img).expect("a fresh mke2fs image loads");
+    assert_eq!((start.bytes, start.block_size), (1 << 30, 4096));
+    let env = engine_env().start_from(start);
+    let rep = (scenarios::find("aged").unwrap().run)(&env);
+    // The aged volume is the image (24 MiB of files plus metadata), the
+    // fresh one an empty volume of its size.
+    let row = rep.rows.iter().find(|r| r.variant == "optimize_scan").expect("an optimize_scan row");
+    let used = row.num("used_pct_before").unwrap();
+    assert!(used > 2.0 && used < 10.0, "image used {used}%");
+    assert!(row.num("aged_mib_per_s").unwrap() > 0.0);
+    let rep = (scenarios::find("small-files-fragmented").unwrap().run)(&env);
+    assert!(!rep.rows.is_empty(), "{:?}", rep.notes);
+    let _ = std::fs::remove_dir_all(&dir);
+    // A file that is not an ext4 image is refused up front.
+    assert!(scenarios::StartImage::open(std::path::Path::new("/dev/null")).is_err());
+}

@@ -3,8 +3,10 @@
 
 mod alloc_path;
 mod check;
+mod import;
 mod streams;
 
+pub use import::ImportedFile;
 pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
 
 use crate::error::{FsError, Result};

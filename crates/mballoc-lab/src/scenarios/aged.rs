@@ -28,6 +28,7 @@ pub fn workload(volume: u64, write: u64) -> Workload {
         volume: Size(volume),
         block_size: 4096,
         interleave: Interleave::Threads,
+        image: None,
         seconds: None,
         jobs: vec![
             Job { name: "age".into(), clones: 1, files: 1, setup: vec![], steps: vec![], repeat: 1 },
@@ -83,19 +84,24 @@ fn used_pct(t: &dyn Target) -> Option<f64> {
     t.free_space().ok().map(|f| 100.0 * (1.0 - f.free_blocks as f64 / f.total_blocks as f64))
 }
 
-/// Fresh then aged, each on a new volume made by `make`.
+/// Fresh then aged, each on a new volume made by `make` for a workload.
+/// Started from an image, the fresh volume is an empty one of the image's
+/// size and the aged one is the image.
 fn pair<T: Target>(
     env: &Env,
     w: &Workload,
     backend: &str,
     variant: &str,
-    mut make: impl FnMut() -> Result<T, String>,
+    mut make: impl FnMut(&Workload) -> Result<T, String>,
 ) -> Result<Row, String> {
-    let fresh = make()?;
+    let empty = Workload { image: None, ..w.clone() };
+    let fresh = make(&empty)?;
     let f = write_phase(env, &fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
     drop(fresh);
-    let aged = make()?;
-    age(&aged, u64::from(w.block_size))?;
+    let aged = make(w)?;
+    if w.image.is_none() {
+        age(&aged, u64::from(w.block_size))?;
+    }
     let used = used_pct(&aged);
     let a = write_phase(env, &aged, w, &format!("aged {backend} {variant}: aged write"))?;
     let mut row = a.row;
@@ -112,8 +118,10 @@ fn pair<T: Target>(
 /// volume's buddies can still give (seed 003's build_prealloc.sh over
 /// mb_groups).
 fn tuned_table(w: &Workload) -> Result<PreallocTable, String> {
-    let probe: EngineTarget = engine(w, WriteMode::Delalloc, |_| {});
-    age(&probe, u64::from(w.block_size))?;
+    let probe: EngineTarget = engine(w, WriteMode::Delalloc, |_| {})?;
+    if w.image.is_none() {
+        age(&probe, u64::from(w.block_size))?;
+    }
     let a = probe.fs().allocator();
     let mut top = 0u32;
     for g in 0..a.geometry().groups() {
@@ -127,14 +135,21 @@ fn tuned_table(w: &Workload) -> Result<PreallocTable, String> {
 
 pub fn run(env: &Env) -> ScenarioReport {
     let (volume, write) = if env.quick { (1u64 << 30, 128u64 << 20) } else { (8 << 30, 1 << 30) };
-    let w = workload(volume, write);
+    let w = env.workload(workload(volume, write));
     let mut rep = ScenarioReport::new(
         "aged",
-        &format!(
-            "seed 003: {} GiB volume filled, then 50 of every 100 blocks freed over 44% of it (~78% used, all free extents 50 blocks); write {} MiB in 1 MiB steps, fsync",
-            volume >> 30,
-            write >> 20
-        ),
+        &match &env.image {
+            Some(img) => format!(
+                "seed 003 on {}: the image as the aged volume, an empty one of its size as the fresh; write {} MiB in 1 MiB steps, fsync",
+                img.path.display(),
+                write >> 20
+            ),
+            None => format!(
+                "seed 003: {} GiB volume filled, then 50 of every 100 blocks freed over 44% of it (~78% used, all free extents 50 blocks); write {} MiB in 1 MiB steps, fsync",
+                volume >> 30,
+                write >> 20
+            ),
+        },
         vec![
             col("used_pct_before", "used %", 1),
             col("fresh_mib_per_s", "fresh MiB/s", 0),
@@ -190,7 +205,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             if variant.contains("tuned") && table.is_err() {
                 continue;
             }
-            match pair(env, &w, "engine", variant, || Ok(engine(&w, WriteMode::Delalloc, |c| tweak(c)))) {
+            match pair(env, &w, "engine", variant, |v| engine(v, WriteMode::Delalloc, |c| tweak(c))) {
                 Ok(r) => rep.rows.push(r),
                 Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
             }
@@ -208,7 +223,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             continue;
         }
         for (variant, opts) in variants {
-            match pair(env, &w, k.name(), variant, || kernel(k, &w, opts)) {
+            match pair(env, &w, k.name(), variant, |v| kernel(k, v, opts)) {
                 Ok(r) => rep.rows.push(r),
                 Err(e) => rep.notes.push(format!("{} {variant}: {e}", k.name())),
             }

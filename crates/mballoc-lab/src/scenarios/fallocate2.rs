@@ -20,6 +20,7 @@ pub fn workload(workers: u32, seconds: f64, volume: u64) -> Workload {
         volume: Size(volume),
         block_size: 4096,
         interleave: Interleave::Threads,
+        image: None,
         seconds: Some(seconds),
         jobs: vec![Job {
             name: "fallocate2".into(),
@@ -54,17 +55,23 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
         vec![col("workers", "workers", 0), col("ops_per_s", "total ops/s", 0), col("per_worker_ops_per_s", "per worker", 0), col("min_max", "min/max", 2)],
     );
     for &n in workers {
-        let w = workload(n, secs, volume);
+        let w = env.workload(workload(n, secs, volume));
         if env.wants(BackendKind::Engine) {
             for (variant, c, p) in [
                 ("scalable", Concurrency::Scalable, StreamPlacement::PerFile),
                 ("legacy", Concurrency::Legacy, StreamPlacement::Kernel),
             ] {
-                let t = engine(&w, WriteMode::Delalloc, |cfg| {
+                let t = match engine(&w, WriteMode::Delalloc, |cfg| {
                     cfg.concurrency = c;
                     cfg.stream_placement = p;
                     cfg.tunables.mb_stats = false;
-                });
+                }) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        rep.notes.push(format!("engine {variant}: {e}"));
+                        continue;
+                    }
+                };
                 match measure(env, &t, &w, None, &format!("fallocate2 engine {variant} x{n}")) {
                     Ok(r) => rep.rows.push(row("engine", variant, n, &r)),
                     Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),

@@ -21,6 +21,7 @@ pub fn workload(jobs: u32, file_bytes: u64, volume: u64) -> Workload {
         volume: Size(volume),
         block_size: 4096,
         interleave: Interleave::Threads,
+        image: None,
         seconds: None,
         jobs: vec![Job {
             name: "job1".into(),
@@ -54,7 +55,7 @@ fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str
 
 pub fn run(env: &Env) -> ScenarioReport {
     let (file, volume) = if env.quick { (4u64 << 20, 1u64 << 30) } else { (64 << 20, 8 << 30) };
-    let w = workload(64, file, volume);
+    let w = env.workload(workload(64, file, volume));
     let mut rep = ScenarioReport::new(
         "fio-falloc",
         &format!(
@@ -79,11 +80,13 @@ pub fn run(env: &Env) -> ScenarioReport {
             ("optimize_scan=0", OptimizeScan::Off, StreamPlacement::PerFile),
             ("ext4 placement", OptimizeScan::On, StreamPlacement::Kernel),
         ] {
-            let t = engine(&w, WriteMode::Delalloc, |cfg| {
+            match engine(&w, WriteMode::Delalloc, |cfg| {
                 cfg.tunables.mb_optimize_scan = scan;
                 cfg.stream_placement = place;
-            });
-            observe(env, &t, &w, "engine", variant, &mut rep);
+            }) {
+                Ok(t) => observe(env, &t, &w, "engine", variant, &mut rep),
+                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
+            }
         }
     }
     for k in env.kernels() {

@@ -16,7 +16,9 @@ use crate::runner::{self, RunStats};
 use crate::workload::{Op, OpKind, Workload};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use mballoc::Geometry;
+use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
 use mballoc_fs::{Fs, FsConfig};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// What every scenario is given.
@@ -26,11 +28,59 @@ pub struct Env {
     pub seed: u64,
     pub backends: Vec<BackendKind>,
     pub progress: MultiProgress,
+    /// An ext4 image every volume starts from (see [`Env::start_from`]).
+    pub image: Option<StartImage>,
+}
+
+/// An ext4 image checked once, to start scenarios from.
+#[derive(Debug, Clone)]
+pub struct StartImage {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub block_size: u32,
+}
+
+impl StartImage {
+    /// Open the image and load it into an engine once, so a bad image is
+    /// one error before any scenario starts.
+    pub fn open(path: &Path) -> Result<StartImage, String> {
+        let vol = open_image(path)?;
+        mballoc_ext4::engine::load(&vol, |_| {}).map_err(|e| format!("{}: {e}", path.display()))?;
+        let sb = vol.superblock();
+        Ok(StartImage {
+            path: path.to_path_buf(),
+            bytes: sb.blocks_count * u64::from(sb.block_size),
+            block_size: sb.block_size,
+        })
+    }
+}
+
+fn open_image(path: &Path) -> Result<Volume<FileSource>, String> {
+    let src = FileSource::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Volume::open(src, ChecksumPolicy::Verify).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl Env {
     pub fn new(quick: bool, seed: u64, backends: Vec<BackendKind>) -> Env {
-        Env { quick, seed, backends, progress: MultiProgress::new() }
+        Env { quick, seed, backends, progress: MultiProgress::new(), image: None }
+    }
+
+    /// Start every scenario's volumes from `image` instead of empty ones:
+    /// its size and block size replace the scenario's, and scenarios that
+    /// age a volume themselves take the image as the aged volume.
+    pub fn start_from(mut self, image: StartImage) -> Env {
+        self.image = Some(image);
+        self
+    }
+
+    /// `w` as this run starts it: on the image, if there is one.
+    pub fn workload(&self, mut w: Workload) -> Workload {
+        if let Some(img) = &self.image {
+            w.image = Some(img.path.clone());
+            w.volume = crate::workload::Size(img.bytes);
+            w.block_size = img.block_size;
+        }
+        w
     }
 
     /// Whether `b` was asked for.
@@ -87,22 +137,35 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
 }
 
 /// An engine volume for workload `w`, configured by `tweak`.
-pub fn engine(w: &Workload, write_mode: WriteMode, tweak: impl FnOnce(&mut FsConfig)) -> EngineTarget {
+pub fn engine(w: &Workload, write_mode: WriteMode, tweak: impl FnOnce(&mut FsConfig)) -> Result<EngineTarget, String> {
     engine_with_files(w, w.file_names(), write_mode, tweak)
 }
 
-/// An engine volume of `w`'s shape whose file slots are `names` (a trace's).
+/// An engine volume of `w`'s shape (or loaded from its image) whose file
+/// slots are `names` (a trace's).
 pub fn engine_with_files(
     w: &Workload,
     names: Vec<String>,
     write_mode: WriteMode,
     tweak: impl FnOnce(&mut FsConfig),
-) -> EngineTarget {
-    let geo = Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size)).expect("validated workload geometry");
-    let mut cfg = FsConfig::new(geo);
-    cfg.tunables.mb_stats = true;
-    tweak(&mut cfg);
-    EngineTarget::new(Fs::new(cfg).expect("engine configuration"), names, write_mode)
+) -> Result<EngineTarget, String> {
+    let configure = |cfg: &mut FsConfig| {
+        cfg.tunables.mb_stats = true;
+        tweak(cfg);
+    };
+    let fs = match &w.image {
+        Some(path) => {
+            let vol = open_image(path)?;
+            mballoc_ext4::engine::load(&vol, configure).map_err(|e| format!("{}: {e}", path.display()))?.fs
+        }
+        None => {
+            let geo = Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size)).map_err(|e| e.to_string())?;
+            let mut cfg = FsConfig::new(geo);
+            configure(&mut cfg);
+            Fs::new(cfg).map_err(|e| e.to_string())?
+        }
+    };
+    Ok(EngineTarget::new(fs, names, write_mode))
 }
 
 /// A kernel volume for workload `w`, mounted with `options`; the error says
@@ -118,7 +181,11 @@ pub fn kernel_with_files(
     names: Vec<String>,
     options: &str,
 ) -> Result<KernelTarget, String> {
-    let m = Mount::new(fs, w.volume.0, w.block_size, options)?;
+    let m = match (&w.image, fs) {
+        (Some(path), KernelFs::Ext4) => Mount::from_image(path, options)?,
+        (Some(_), other) => return Err(format!("starts from an ext4 image, which {} cannot mount", other.name())),
+        (None, _) => Mount::new(fs, w.volume.0, w.block_size, options)?,
+    };
     KernelTarget::new(m, names, w.block_size)
 }
 

@@ -1,0 +1,213 @@
+//! `mballoc inspect` against e2fsprogs on images made by `mkfs.ext4` in
+//! several layouts: the free-space report must equal `e2freefrag`'s byte
+//! for byte, and each file's extent count must equal `filefrag`'s.
+//!
+//! As root the images are loop-mounted and populated by the kernel
+//! (writes, fallocate, punched holes, an htree directory, hard and
+//! symbolic links); otherwise `mke2fs -d` copies a generated tree in, and
+//! only the free-space report is compared.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn have(tool: &str) -> bool {
+    Command::new(tool).arg("-V").output().is_ok()
+}
+
+fn run(c: &mut Command) -> String {
+    let out = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    assert!(out.status.success(), "{c:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+fn mballoc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mballoc"))
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let dir = base.join(format!("mballoc-inspect-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let mnt = self.0.join("mnt");
+        if mnt.exists() {
+            let _ = Command::new("umount").arg(&mnt).output();
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Each variant: a name and mkfs options.
+const VARIANTS: &[(&str, &str)] = &[
+    ("4k", "-t ext4 -b 4096"),
+    ("1k", "-t ext4 -b 1024"),
+    ("4k-no64bit", "-t ext4 -b 4096 -O ^64bit"),
+    ("4k-flex1", "-t ext4 -b 4096 -G 1"),
+    ("4k-noflex", "-t ext4 -b 4096 -O ^flex_bg"),
+    ("4k-nocsum-uninit", "-t ext4 -b 4096 -O ^metadata_csum,uninit_bg"),
+    ("1k-nocsum-32bit", "-t ext4 -b 1024 -O ^metadata_csum,uninit_bg,^64bit"),
+    ("4k-meta_bg", "-t ext4 -b 4096 -O meta_bg,^resize_inode"),
+    ("1k-sparse_super2", "-t ext4 -b 1024 -O sparse_super2"),
+    ("4k-bigalloc", "-t ext4 -b 4096 -O bigalloc -C 65536"),
+    ("ext3", "-t ext3 -b 4096"),
+    ("ext2-1k", "-t ext2 -b 1024"),
+];
+
+fn is_root() -> bool {
+    mballoc_lab::sys::is_root()
+}
+
+/// Populate a mounted volume; returns `filefrag` lines for every regular file.
+fn populate_mounted(mnt: &Path) -> Vec<String> {
+    let sh = |script: &str| run(Command::new("sh").arg("-c").arg(script).current_dir(mnt));
+    sh("mkdir -p a/b/c big && for i in $(seq 1 300); do echo $i > big/name-long-enough-to-need-blocks-$i; done");
+    sh("dd if=/dev/zero of=a/data bs=1M count=12 status=none");
+    // fallocate is ext4-only; ext2/3 get written files instead.
+    sh("fallocate -l 24M a/b/falloc 2>/dev/null || dd if=/dev/zero of=a/b/falloc bs=1M count=24 status=none");
+    sh("fallocate -p -o 1M -l 64K a/b/falloc 2>/dev/null; fallocate -p -o 5M -l 3M a/b/falloc 2>/dev/null; true");
+    sh("dd if=/dev/zero of=a/b/c/sparse bs=4K count=3 seek=100 status=none");
+    sh("dd if=/dev/zero of=a/b/c/sparse bs=4K count=3 seek=5000 conv=notrunc status=none");
+    sh("for i in $(seq 1 16); do dd if=/dev/zero of=a/inter$((i%4)) bs=64K count=1 oflag=append conv=notrunc status=none; sync; done");
+    sh("ln a/data a/b/hardlink && ln -s /a/data symlink && rm -f big/name-long-enough-to-need-blocks-1*");
+    let list = sh("find . -type f | sort");
+    list.lines()
+        .map(|f| {
+            let line = run(Command::new("filefrag").arg(f).current_dir(mnt));
+            line.trim_end().replacen("./", "/", 1)
+        })
+        .collect()
+}
+
+/// Without root: a generated tree copied in by `mke2fs -d`.
+fn generated_tree(dir: &Path) {
+    for d in ["a/b/c", "big"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    for i in 0..300 {
+        std::fs::write(dir.join(format!("big/name-long-enough-to-need-blocks-{i}")), format!("{i}\n")).unwrap();
+    }
+    std::fs::write(dir.join("a/data"), vec![7u8; 3 << 20]).unwrap();
+    std::fs::write(dir.join("a/b/c/small"), vec![1u8; 5000]).unwrap();
+}
+
+#[test]
+fn inspect_matches_e2freefrag_and_filefrag_on_mkfs_variants() {
+    if !have("mke2fs") || !have("e2freefrag") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let root = is_root();
+    let mut checked = 0;
+    let mut uninit_groups = 0;
+    for (name, opts) in VARIANTS {
+        let scratch = Scratch::new(name);
+        let img = scratch.0.join("img");
+        let mut mkfs = Command::new("mke2fs");
+        mkfs.arg("-q").arg("-F").args(opts.split_whitespace());
+        let expected_files = if root {
+            // Large enough (and sparse) that mke2fs leaves groups
+            // BLOCK_UNINIT, whose bitmaps the reader must compute.
+            run(mkfs.arg(&img).arg("1G"));
+            let mnt = scratch.0.join("mnt");
+            std::fs::create_dir_all(&mnt).unwrap();
+            run(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt));
+            let lines = populate_mounted(&mnt);
+            run(Command::new("umount").arg(&mnt));
+            std::fs::remove_dir(&mnt).unwrap();
+            Some(lines)
+        } else {
+            let tree = scratch.0.join("tree");
+            generated_tree(&tree);
+            run(mkfs.arg("-d").arg(&tree).arg(&img).arg("96M"));
+            None
+        };
+        let dump = run(Command::new("dumpe2fs").arg(&img));
+        uninit_groups += dump.matches("BLOCK_UNINIT").count();
+        let ours = run(mballoc().args(["inspect", "--freefrag"]).arg(&img));
+        if opts.contains("bigalloc") {
+            // e2freefrag looks each block up at cluster (block >> 2 × the
+            // cluster bits) on bigalloc volumes, so its report there is not
+            // the volume's; dumpe2fs's free ranges are the reference.
+            let (blocks, runs) = dumpe2fs_free(&img);
+            assert_eq!(free_blocks_in(&ours), blocks, "{name}: free blocks vs dumpe2fs");
+            assert!(ours.contains(&format!("Num. free extent: {runs}\n")), "{name}: {runs} runs expected:\n{ours}");
+        } else {
+            let theirs = run(Command::new("e2freefrag").arg(&img));
+            assert_eq!(ours, theirs, "{name}: inspect --freefrag differs from e2freefrag");
+        }
+        let groups = run(mballoc().args(["inspect", "--groups"]).arg(&img));
+        assert!(groups.starts_with("#group: free"), "{name}: {groups}");
+        if let Some(mut expected) = expected_files {
+            let mut got: Vec<String> =
+                run(mballoc().args(["inspect", "--files"]).arg(&img)).lines().map(str::to_string).collect();
+            expected.sort();
+            got.sort();
+            assert_eq!(got, expected, "{name}: inspect --files differs from filefrag");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, VARIANTS.len());
+    assert!(uninit_groups > 0, "no variant had a BLOCK_UNINIT group to compute");
+}
+
+/// The free-block total in e2freefrag-style text: the sum of the
+/// histogram's "Free Blocks" column.
+fn free_blocks_in(report: &str) -> u64 {
+    report
+        .lines()
+        .skip_while(|l| !l.starts_with("Extent Size Range"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().rev().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Free blocks and maximal free runs per dumpe2fs's per-group
+/// "Free blocks: a-b, c" lists (runs that touch across groups merge). On
+/// bigalloc volumes the bounds are the first blocks of clusters.
+fn dumpe2fs_free(img: &Path) -> (u64, u64) {
+    let text = run(Command::new("dumpe2fs").arg(img));
+    let field = |name: &str| -> u64 {
+        let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in dumpe2fs"));
+        line[name.len()..].trim().parse().unwrap()
+    };
+    let ratio = field("Cluster size:") / field("Block size:");
+    let mut ranges = Vec::new();
+    // Per-group lists are indented; the unindented line is the total.
+    for l in text.lines().filter_map(|l| l.strip_prefix("  Free blocks: ")) {
+        for r in l.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            ranges.push((a.parse::<u64>().unwrap(), b.parse::<u64>().unwrap()));
+        }
+    }
+    ranges.sort_unstable();
+    let total = ranges.iter().map(|(a, b)| b - a + ratio).sum();
+    let runs = ranges.iter().enumerate().filter(|(i, (a, _))| *i == 0 || ranges[i - 1].1 + ratio != *a).count();
+    (total, runs as u64)
+}
+
+#[test]
+fn inspect_reports_a_corrupt_image_with_a_typed_error() {
+    if !have("mke2fs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("corrupt");
+    let img = scratch.0.join("img");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096"]).arg(&img).arg("32M"));
+    let mut bytes = std::fs::read(&img).unwrap();
+    bytes[1024 + 0x38] ^= 0xFF; // the magic
+    std::fs::write(&img, &bytes).unwrap();
+    let out = mballoc().args(["inspect", "--freefrag"]).arg(&img).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad magic"), "{err}");
+}

@@ -1,0 +1,94 @@
+//! From an image to the engine: the allocator's state from the bitmaps,
+//! and the engine's files from the image's files.
+//!
+//! The engine numbers blocks from 0 in group 0; ext4 numbers them from
+//! `s_first_data_block` (1 with 1 KiB blocks). Engine block = ext4 block −
+//! first data block; an engine "block" is an ext4 cluster under bigalloc,
+//! so [`allocator`] handles bigalloc and [`load`], whose files are mapped
+//! block by block, refuses it.
+
+use crate::error::{Ext4Error, Result};
+use crate::inode::FileType;
+use crate::source::BlockSource;
+use crate::volume::Volume;
+use mballoc::{Allocator, Geometry};
+use mballoc_fs::{ExtentState, FileId, Fs, FsConfig, ImportedFile, MappedExtent};
+
+/// The engine's geometry for this volume (in clusters).
+pub fn geometry<S: BlockSource>(vol: &Volume<S>) -> Result<Geometry> {
+    let sb = vol.superblock();
+    if !sb.clusters_per_group.is_power_of_two() {
+        return Err(Ext4Error::Unsupported(format!(
+            "{} clusters per group: the engine's groups are powers of two",
+            sb.clusters_per_group
+        )));
+    }
+    let clusters = (sb.blocks_count - u64::from(sb.first_data_block)).div_ceil(u64::from(sb.cluster_ratio()));
+    Geometry::with_group_size(sb.block_size, sb.clusters_per_group, clusters)
+        .map_err(|e| Ext4Error::Unsupported(format!("engine geometry: {e}")))
+}
+
+/// Every group's bitmap, trimmed to the engine's group lengths.
+fn bitmaps<S: BlockSource>(vol: &Volume<S>) -> Result<Vec<Vec<u64>>> {
+    (0..vol.superblock().groups).map(|g| vol.block_bitmap(g)).collect()
+}
+
+/// An allocator holding the image's free space, one group per ext4 group.
+/// Its `mb_groups_report` is the kernel's `mb_groups` for the image.
+pub fn allocator<S: BlockSource>(vol: &Volume<S>) -> Result<Allocator> {
+    let alloc = Allocator::new(geometry(vol)?).map_err(|e| Ext4Error::Unsupported(format!("engine: {e}")))?;
+    for (g, bitmap) in bitmaps(vol)?.iter().enumerate() {
+        alloc
+            .load_group_bitmap(g as u32, bitmap)
+            .map_err(|e| Ext4Error::Unsupported(format!("loading group {g}: {e}")))?;
+    }
+    Ok(alloc)
+}
+
+/// An engine started from an image.
+pub struct Loaded {
+    pub fs: Fs,
+    /// Each regular file's path and its id in the engine (its inode number).
+    pub files: Vec<(String, FileId)>,
+}
+
+/// Build an engine from the image: its free space, and its regular files
+/// (closed, with their extents). `configure` adjusts the engine's
+/// configuration (tunables, placement) before it is built; the geometry
+/// and inodes per group come from the image.
+pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfig)) -> Result<Loaded> {
+    let sb = vol.superblock();
+    if sb.bigalloc() {
+        return Err(Ext4Error::Unsupported("loading a bigalloc volume's files into the engine".into()));
+    }
+    let mut cfg = FsConfig::new(geometry(vol)?);
+    configure(&mut cfg);
+    cfg.geometry = geometry(vol)?;
+    cfg.inodes_per_group = sb.inodes_per_group;
+    let tree = vol.walk()?;
+    let base = u64::from(sb.first_data_block);
+    let mut files = Vec::new();
+    let mut imported: Vec<ImportedFile> = Vec::new();
+    for e in tree.files() {
+        files.push((e.path.clone(), FileId(u64::from(e.inode.ino))));
+        if imported.iter().any(|f| f.ino == u64::from(e.inode.ino)) {
+            continue; // another name of a file already carried over
+        }
+        let extents = e
+            .map
+            .extents
+            .iter()
+            .map(|x| MappedExtent {
+                logical: x.logical,
+                physical: x.physical - base,
+                len: x.len,
+                state: if x.unwritten { ExtentState::Unwritten } else { ExtentState::Written },
+            })
+            .collect();
+        imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents });
+    }
+    debug_assert!(tree.files().all(|e| e.inode.file_type() == FileType::Regular));
+    let fs = Fs::import(cfg, &bitmaps(vol)?, imported)
+        .map_err(|e| Ext4Error::Unsupported(format!("the engine refused the image: {e}")))?;
+    Ok(Loaded { fs, files })
+}

@@ -1,0 +1,63 @@
+//! # mballoc-ext4: reading real ext4 volumes
+//!
+//! This crate reads ext2, ext3 and ext4 images so that the allocator can
+//! be studied on real, aged free space, and so that our reports can be
+//! checked against e2fsprogs' on the same image.
+//!
+//! ## What is read, and in what order
+//!
+//! ```text
+//!  BlockSource (file, memory)
+//!     │ bytes
+//!     ▼
+//!  Superblock ── geometry: block/cluster size, groups, features,
+//!     │           checksum seed; impossible values refused here
+//!     ▼
+//!  GroupDesc × groups ── 32- or 64-byte, classic or meta_bg placement,
+//!     │                   crc16 / crc32c checked
+//!     ├──▶ block bitmaps (read, or computed for BLOCK_UNINIT groups)
+//!     │       └──▶ free runs (e2freefrag), mb_groups (via the allocator)
+//!     └──▶ inode table ──▶ Inode ──▶ FileMap (extent tree of any depth,
+//!                                    or ext2/3 indirect blocks)
+//!                                      └──▶ directories ──▶ Tree (paths)
+//! ```
+//!
+//! Everything is validated before it is used to compute another location:
+//! a corrupt image gives an [`Ext4Error`] naming the structure and block,
+//! never a panic, and the walk reads every block at most once, so time and
+//! memory stay proportional to the image.
+//!
+//! Checksums (metadata_csum's crc32c on the superblock, descriptors,
+//! bitmaps, inodes, extent blocks and directory blocks; gdt_csum's crc16 on
+//! descriptors) are verified under [`ChecksumPolicy::Verify`]; a damaged
+//! image can still be read with [`ChecksumPolicy::Ignore`].
+//!
+//! ## Into the engine
+//!
+//! [`engine::allocator`] loads the bitmaps into an mballoc allocator (which
+//! then prints the kernel's `mb_groups` for the image), and
+//! [`engine::load`] builds a whole engine: the image's free space becomes
+//! the allocator's state, its files become engine files with their
+//! extents, and everything else in use (directories, the journal, the
+//! inode tables) becomes metadata the engine never touches.
+
+mod bytes;
+pub mod checksum;
+pub mod directory;
+pub mod engine;
+pub mod error;
+pub mod group;
+pub mod inode;
+pub mod mapping;
+pub mod source;
+pub mod superblock;
+pub mod volume;
+
+pub use directory::{DirEntry, Entry, Tree};
+pub use error::{Ext4Error, Result};
+pub use group::GroupDesc;
+pub use inode::{FileType, Inode, MappingKind};
+pub use mapping::{filefrag_count, Extent, FileMap};
+pub use source::{BlockSource, FileSource, MemSource};
+pub use superblock::{ChecksumPolicy, Superblock};
+pub use volume::Volume;

@@ -1,0 +1,302 @@
+//! Block maps: ext4 extent trees of any depth, and ext2/3 direct and
+//! indirect pointers. Both yield the same thing: the file's data extents
+//! in logical order, and the blocks the map itself occupies.
+//!
+//! Every node is checked before it is trusted (magic, entry counts against
+//! the room in the node, depth one less than its parent's, logical order,
+//! children inside their parent's logical range, blocks inside the volume)
+//! and read at most once, so a corrupt tree that loops or shares nodes is
+//! an error and the walk is bounded by the volume's size.
+
+use crate::bytes::{le16, le32, lo_hi};
+use crate::checksum::crc32c_raw;
+use crate::error::{Ext4Error, Result};
+use crate::inode::{inode_csum_seed, Inode, MappingKind};
+use crate::source::BlockSource;
+use crate::superblock::ChecksumPolicy;
+use crate::volume::Volume;
+use std::collections::HashSet;
+
+const EXTENT_MAGIC: u16 = 0xF30A;
+/// The kernel's limit on extent tree depth.
+pub const MAX_EXTENT_DEPTH: u16 = 5;
+/// Longest initialized extent; longer raw lengths mark unwritten extents.
+const INIT_MAX_LEN: u16 = 32768;
+const NO_LOGICAL_END: u64 = 1 << 32;
+
+/// One data extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub logical: u64,
+    pub physical: u64,
+    pub len: u32,
+    /// Allocated but never written (reads as zeros).
+    pub unwritten: bool,
+}
+
+/// A file's map: data extents in logical order, and the blocks that hold
+/// the map (extent tree nodes below the inode, or indirect blocks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMap {
+    pub kind: MappingKind,
+    pub extents: Vec<Extent>,
+    pub map_blocks: Vec<u64>,
+}
+
+impl FileMap {
+    pub fn data_blocks(&self) -> u64 {
+        self.extents.iter().map(|e| u64::from(e.len)).sum()
+    }
+
+    /// Extents as `filefrag` counts them.
+    pub fn filefrag_extents(&self) -> u64 {
+        filefrag_count(self.extents.iter().map(|e| (e.logical, e.physical, u64::from(e.len))))
+    }
+}
+
+/// Count extents as `filefrag` does from FIEMAP's records `(logical,
+/// physical, len)` in logical order: a record starts a new extent unless it
+/// continues the previous one physically, either at the distance its
+/// logical offset says or right after it.
+pub fn filefrag_count(records: impl IntoIterator<Item = (u64, u64, u64)>) -> u64 {
+    let mut n = 0;
+    let mut last: Option<(u64, u64, u64)> = None;
+    for (logical, physical, len) in records {
+        let counts = match last {
+            None => true,
+            Some((ll, lp, llen)) => {
+                let expected = lp + (logical - ll);
+                logical != 0 && physical != expected && physical != lp + llen
+            }
+        };
+        n += u64::from(counts);
+        last = Some((logical, physical, len));
+    }
+    n
+}
+
+struct Walk<'a> {
+    ino: u32,
+    csum_seed: Option<u32>,
+    visited: HashSet<u64>,
+    map: &'a mut FileMap,
+}
+
+impl<S: BlockSource> Volume<S> {
+    /// The block map of `inode`.
+    pub fn file_map(&self, inode: &Inode) -> Result<FileMap> {
+        let kind = inode.mapping();
+        let mut map = FileMap { kind, extents: Vec::new(), map_blocks: Vec::new() };
+        match kind {
+            MappingKind::Extents => {
+                let csum_seed = (self.superblock().metadata_csum() && self.policy() == ChecksumPolicy::Verify)
+                    .then(|| inode_csum_seed(self.superblock(), inode.ino, inode.generation));
+                let mut w = Walk { ino: inode.ino, csum_seed, visited: HashSet::new(), map: &mut map };
+                self.extent_node(&mut w, &inode.block, 0, None, 0, NO_LOGICAL_END)?;
+            }
+            MappingKind::Indirect => self.indirect_map(inode, &mut map)?,
+            MappingKind::Inline | MappingKind::None => {}
+        }
+        Ok(map)
+    }
+
+    /// Check `[start, start + len)` lies inside the volume's data blocks.
+    fn in_volume(&self, start: u64, len: u64) -> bool {
+        start >= u64::from(self.superblock().first_data_block)
+            && start.checked_add(len).is_some_and(|e| e <= self.superblock().blocks_count)
+    }
+
+    /// One extent tree node: `raw` is the node (60 bytes in the inode, or a
+    /// block), `block` its block (0 for the root), `depth` what the parent
+    /// expects (None at the root), and `[lo, hi)` the logical range the
+    /// parent gave it.
+    fn extent_node(&self, w: &mut Walk, raw: &[u8], block: u64, depth: Option<u16>, lo: u64, hi: u64) -> Result<()> {
+        let ino = w.ino;
+        let bad = |reason: String| Ext4Error::ExtentTree { ino, block, reason };
+        let magic = le16(raw, 0);
+        if magic != EXTENT_MAGIC {
+            return Err(bad(format!("header magic {magic:#06x} (expected 0xf30a)")));
+        }
+        let (entries, max, node_depth) = (le16(raw, 2), le16(raw, 4), le16(raw, 6));
+        let room = ((raw.len() - 12) / 12) as u16;
+        if max == 0 || max > room {
+            return Err(bad(format!("header max {max} (room for {room} entries)")));
+        }
+        if entries > max {
+            return Err(bad(format!("header has {entries} entries, max {max}")));
+        }
+        match depth {
+            None if node_depth > MAX_EXTENT_DEPTH => {
+                return Err(bad(format!("depth {node_depth} exceeds {MAX_EXTENT_DEPTH}")));
+            }
+            Some(d) if d != node_depth => return Err(bad(format!("depth {node_depth}, parent expects {d}"))),
+            _ => {}
+        }
+        if let (Some(seed), true) = (w.csum_seed, block != 0) {
+            let tail = 12 + 12 * usize::from(max);
+            if tail + 4 > raw.len() {
+                return Err(bad("no room for the checksum tail".into()));
+            }
+            let stored = le32(raw, tail);
+            let computed = crc32c_raw(seed, &raw[..tail]);
+            if stored != computed {
+                return Err(Ext4Error::Checksum {
+                    structure: format!("inode {} extent tree node", w.ino),
+                    block,
+                    stored,
+                    computed,
+                });
+            }
+        }
+        let entry = |i: usize| &raw[12 + 12 * i..24 + 12 * i];
+        let mut next_lo = lo;
+        if node_depth == 0 {
+            for i in 0..usize::from(entries) {
+                let e = entry(i);
+                let logical = u64::from(le32(e, 0));
+                let raw_len = le16(e, 4);
+                let (len, unwritten) =
+                    if raw_len > INIT_MAX_LEN { (raw_len - INIT_MAX_LEN, true) } else { (raw_len, false) };
+                let physical = lo_hi(le32(e, 8), u32::from(le16(e, 6)));
+                if len == 0 {
+                    return Err(bad(format!("entry {i} has length 0")));
+                }
+                if logical < next_lo || logical + u64::from(len) > hi {
+                    return Err(bad(format!(
+                        "entry {i} covers logical {logical}+{len}, outside {next_lo}..{hi} or overlapping"
+                    )));
+                }
+                if !self.in_volume(physical, u64::from(len)) {
+                    return Err(bad(format!("entry {i} points at blocks {physical}+{len}, outside the volume")));
+                }
+                next_lo = logical + u64::from(len);
+                w.map.extents.push(Extent { logical, physical, len: u32::from(len), unwritten });
+            }
+            return Ok(());
+        }
+        for i in 0..usize::from(entries) {
+            let e = entry(i);
+            let logical = u64::from(le32(e, 0));
+            let child = lo_hi(le32(e, 4), u32::from(le16(e, 8)));
+            let child_hi = if i + 1 < usize::from(entries) { u64::from(le32(entry(i + 1), 0)) } else { hi };
+            if logical < next_lo || logical >= child_hi || child_hi > hi {
+                return Err(bad(format!("index {i} at logical {logical} out of order (range {next_lo}..{hi})")));
+            }
+            if !self.in_volume(child, 1) {
+                return Err(bad(format!("index {i} points at block {child}, outside the volume")));
+            }
+            if !w.visited.insert(child) {
+                return Err(bad(format!("index {i} points at block {child}, already in the tree (loop)")));
+            }
+            w.map.map_blocks.push(child);
+            let node = self.read_block("extent tree node", child)?;
+            self.extent_node(w, &node, child, Some(node_depth - 1), logical, child_hi)?;
+            next_lo = child_hi;
+        }
+        Ok(())
+    }
+
+    /// ext2/3 maps: 12 direct pointers, then single, double and triple
+    /// indirect blocks of `block_size / 4` pointers each.
+    fn indirect_map(&self, inode: &Inode, map: &mut FileMap) -> Result<()> {
+        let per = u64::from(self.superblock().block_size / 4);
+        let mut visited = HashSet::new();
+        let mut runs = Runs { extents: &mut map.extents };
+        for i in 0..12 {
+            let p = u64::from(le32(&inode.block, 4 * i));
+            if p != 0 {
+                self.check_pointer(inode.ino, 0, p)?;
+                runs.push(i as u64, p);
+            }
+        }
+        let mut base = 12u64;
+        let mut span = per;
+        for level in 1..=3u32 {
+            let p = u64::from(le32(&inode.block, 4 * (11 + level as usize)));
+            if p != 0 {
+                self.indirect_block(inode.ino, p, level, base, &mut visited, &mut map.map_blocks, &mut runs)?;
+            }
+            base += span;
+            span = span.saturating_mul(per);
+        }
+        Ok(())
+    }
+
+    fn check_pointer(&self, ino: u32, from: u64, p: u64) -> Result<()> {
+        if self.in_volume(p, 1) {
+            Ok(())
+        } else {
+            Err(Ext4Error::Indirect { ino, block: from, reason: format!("pointer to block {p}, outside the volume") })
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn indirect_block(
+        &self,
+        ino: u32,
+        block: u64,
+        level: u32,
+        base: u64,
+        visited: &mut HashSet<u64>,
+        map_blocks: &mut Vec<u64>,
+        runs: &mut Runs,
+    ) -> Result<()> {
+        self.check_pointer(ino, 0, block)?;
+        if !visited.insert(block) {
+            return Err(Ext4Error::Indirect { ino, block, reason: "indirect block reached twice (loop)".into() });
+        }
+        map_blocks.push(block);
+        let raw = self.read_block("indirect block", block)?;
+        let per = u64::from(self.superblock().block_size / 4);
+        let child_span = per.pow(level - 1);
+        for i in 0..per {
+            let p = u64::from(le32(&raw, 4 * i as usize));
+            if p == 0 {
+                continue;
+            }
+            self.check_pointer(ino, block, p)?;
+            let logical = base + i * child_span;
+            if level == 1 {
+                runs.push(logical, p);
+            } else {
+                self.indirect_block(ino, p, level - 1, logical, visited, map_blocks, runs)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Collects single blocks into extents.
+struct Runs<'a> {
+    extents: &'a mut Vec<Extent>,
+}
+
+impl Runs<'_> {
+    fn push(&mut self, logical: u64, physical: u64) {
+        if let Some(last) = self.extents.last_mut() {
+            if last.logical + u64::from(last.len) == logical
+                && last.physical + u64::from(last.len) == physical
+                && last.len < u32::from(INIT_MAX_LEN)
+            {
+                last.len += 1;
+                return;
+            }
+        }
+        self.extents.push(Extent { logical, physical, len: 1, unwritten: false });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filefrag_count;
+
+    #[test]
+    fn filefrag_merges_physically_continuous_records() {
+        // Two records split by the extent-length limit count once.
+        assert_eq!(filefrag_count([(0, 100, 32768), (32768, 32868, 10)]), 1);
+        // A jump counts; a hole that keeps the physical distance does not.
+        assert_eq!(filefrag_count([(0, 100, 4), (4, 500, 4)]), 2);
+        assert_eq!(filefrag_count([(0, 100, 4), (8, 108, 4)]), 1);
+        assert_eq!(filefrag_count([]), 0);
+    }
+}

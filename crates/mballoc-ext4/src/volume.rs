@@ -1,0 +1,232 @@
+//! An opened volume: the superblock and every group descriptor, read and
+//! checked up front; bitmaps and inodes read on demand.
+
+use crate::checksum::crc32c_raw;
+use crate::error::{Ext4Error, Result};
+use crate::group::{base_metadata, desc_location, parse_desc, GroupDesc};
+use crate::inode::{inode_checksum, Inode};
+use crate::source::BlockSource;
+use crate::superblock::{ChecksumPolicy, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+
+/// An ext2/3/4 volume opened for reading.
+///
+/// ```no_run
+/// use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
+/// let vol = Volume::open(FileSource::open("disk.img")?, ChecksumPolicy::Verify)?;
+/// let mut free = 0;
+/// vol.for_each_free_run(|_start, len| free += len)?;
+/// println!("{free} free blocks of {}", vol.superblock().blocks_count);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Volume<S> {
+    src: S,
+    sb: Superblock,
+    groups: Vec<GroupDesc>,
+    policy: ChecksumPolicy,
+    /// Bitmaps and inode tables of BLOCK_UNINIT groups, sorted: they are
+    /// in use wherever they sit, though no written bitmap says so.
+    uninit_meta: Vec<(u64, u64)>,
+}
+
+impl<S: BlockSource> Volume<S> {
+    /// Read and check the superblock and all group descriptors.
+    pub fn open(src: S, policy: ChecksumPolicy) -> Result<Self> {
+        let len = src.len();
+        if len < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
+            return Err(Ext4Error::Truncated { what: "superblock", block: 0, len });
+        }
+        let mut raw = vec![0u8; SUPERBLOCK_SIZE];
+        src.read_at(SUPERBLOCK_OFFSET, &mut raw).map_err(|e| Ext4Error::io("superblock", SUPERBLOCK_OFFSET, e))?;
+        let sb = Superblock::parse(&raw, policy)?;
+        let bytes = sb.blocks_count * u64::from(sb.block_size);
+        if len < bytes {
+            return Err(Ext4Error::Truncated { what: "volume", block: len / u64::from(sb.block_size), len });
+        }
+        let mut vol = Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new() };
+        vol.read_descriptors()?;
+        Ok(vol)
+    }
+
+    fn read_descriptors(&mut self) -> Result<()> {
+        let sb = &self.sb;
+        let mut groups = Vec::with_capacity(sb.groups as usize);
+        let mut cached: Option<(u64, Vec<u8>)> = None;
+        for g in 0..sb.groups {
+            let (block, offset) = desc_location(sb, g);
+            if cached.as_ref().map_or(true, |(b, _)| *b != block) {
+                cached = Some((block, self.read_block("group descriptor block", block)?));
+            }
+            let raw = &cached.as_ref().expect("descriptor block just read").1;
+            let desc = parse_desc(sb, g, &raw[offset..offset + sb.desc_size as usize], block, self.policy)?;
+            groups.push(desc);
+        }
+        let mut uninit = Vec::new();
+        if sb.group_csum() {
+            for d in groups.iter().filter(|d| d.block_uninit()) {
+                uninit.push((d.block_bitmap, 1));
+                uninit.push((d.inode_bitmap, 1));
+                uninit.push((d.inode_table, u64::from(sb.inode_table_blocks())));
+            }
+        }
+        uninit.sort_unstable();
+        self.groups = groups;
+        self.uninit_meta = uninit;
+        Ok(())
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// All group descriptors.
+    pub fn groups(&self) -> &[GroupDesc] {
+        &self.groups
+    }
+
+    pub fn policy(&self) -> ChecksumPolicy {
+        self.policy
+    }
+
+    /// The underlying source.
+    pub fn source(&self) -> &S {
+        &self.src
+    }
+
+    /// Read one block; `what` names it in errors.
+    pub fn read_block(&self, what: &'static str, block: u64) -> Result<Vec<u8>> {
+        let bs = u64::from(self.sb.block_size);
+        if block >= self.sb.blocks_count {
+            return Err(Ext4Error::Truncated { what, block, len: self.src.len() });
+        }
+        let mut buf = vec![0u8; bs as usize];
+        self.src.read_at(block * bs, &mut buf).map_err(|e| Ext4Error::io(what, block * bs, e))?;
+        Ok(buf)
+    }
+
+    /// Whether group `g`'s bitmap is computed rather than read.
+    fn computed_bitmap(&self, g: u32) -> bool {
+        self.sb.group_csum() && self.groups[g as usize].block_uninit()
+    }
+
+    /// Group `g`'s block bitmap, one bit per cluster (set = in use), as
+    /// 64-bit words. BLOCK_UNINIT groups get theirs computed: superblock
+    /// and descriptor copies, plus the bitmaps and inode tables of
+    /// uninitialized groups, wherever those sit. Clusters past the end of
+    /// the volume read as in use.
+    pub fn block_bitmap(&self, g: u32) -> Result<Vec<u64>> {
+        let sb = &self.sb;
+        let cpg = sb.clusters_per_group as usize;
+        let mut words = vec![0u64; cpg.div_ceil(64)];
+        let d = self.groups[g as usize];
+        if !self.computed_bitmap(g) {
+            let raw = self.read_block("block bitmap", d.block_bitmap)?;
+            if sb.metadata_csum() && self.policy == ChecksumPolicy::Verify {
+                let full = crc32c_raw(sb.csum_seed, &raw[..cpg / 8]);
+                let computed = if sb.desc_size >= 0x3A { full } else { full & 0xFFFF };
+                if computed != d.block_bitmap_csum {
+                    return Err(Ext4Error::Checksum {
+                        structure: format!("group {g} block bitmap"),
+                        block: d.block_bitmap,
+                        stored: d.block_bitmap_csum,
+                        computed,
+                    });
+                }
+            }
+            for (i, w) in words.iter_mut().enumerate() {
+                let mut bytes = [0u8; 8];
+                let from = i * 8;
+                let to = (from + 8).min(cpg / 8);
+                bytes[..to - from].copy_from_slice(&raw[from..to]);
+                *w = u64::from_le_bytes(bytes);
+            }
+        } else if let Some((s, len)) = base_metadata(sb, g) {
+            self.mark(g, &mut words, s, len);
+        }
+        let first = sb.group_first_block(g);
+        let end = first + u64::from(sb.group_blocks(g));
+        let lo = self.uninit_meta.partition_point(|&(s, l)| s + l <= first);
+        for &(s, len) in self.uninit_meta[lo..].iter().take_while(|&&(s, _)| s < end) {
+            self.mark(g, &mut words, s, len);
+        }
+        let ratio = u64::from(sb.cluster_ratio());
+        let live = (u64::from(sb.group_blocks(g)).div_ceil(ratio)) as usize;
+        for c in live..words.len() * 64 {
+            words[c / 64] |= 1 << (c % 64);
+        }
+        Ok(words)
+    }
+
+    /// Set the clusters of blocks `[s, s + len)` that fall in group `g`.
+    fn mark(&self, g: u32, words: &mut [u64], s: u64, len: u64) {
+        let first = self.sb.group_first_block(g);
+        let end = first + u64::from(self.sb.group_blocks(g));
+        let (a, b) = (s.max(first), (s + len).min(end));
+        let ratio = u64::from(self.sb.cluster_ratio());
+        for c in (a - first) / ratio..(b.saturating_sub(first)).div_ceil(ratio) {
+            words[(c / 64) as usize] |= 1 << (c % 64);
+        }
+    }
+
+    /// Call `f(start_block, len_blocks)` for every maximal free run, in
+    /// block order; runs continue across group boundaries, as e2freefrag
+    /// counts them.
+    pub fn for_each_free_run(&self, mut f: impl FnMut(u64, u64)) -> Result<()> {
+        let ratio = u64::from(self.sb.cluster_ratio());
+        let mut run: Option<(u64, u64)> = None;
+        for g in 0..self.sb.groups {
+            let words = self.block_bitmap(g)?;
+            let first = self.sb.group_first_block(g);
+            let clusters = u64::from(self.sb.group_blocks(g)).div_ceil(ratio);
+            for c in 0..clusters {
+                let used = words[(c / 64) as usize] & (1 << (c % 64)) != 0;
+                let block = first + c * ratio;
+                let len = ratio.min(self.sb.blocks_count - block);
+                match (&mut run, used) {
+                    (Some((_, l)), false) => *l += len,
+                    (None, false) => run = Some((block, len)),
+                    (Some(_), true) => {
+                        let (s, l) = run.take().expect("run is open");
+                        f(s, l);
+                    }
+                    (None, true) => {}
+                }
+            }
+        }
+        if let Some((s, l)) = run {
+            f(s, l);
+        }
+        Ok(())
+    }
+
+    /// Inode `ino`, checked against its checksum.
+    pub fn inode(&self, ino: u32) -> Result<Inode> {
+        let sb = &self.sb;
+        if ino == 0 || ino > sb.inodes_count {
+            return Err(Ext4Error::Inode { ino, block: 0, reason: format!("no such inode (1..={})", sb.inodes_count) });
+        }
+        let g = (ino - 1) / sb.inodes_per_group;
+        let idx = (ino - 1) % sb.inodes_per_group;
+        let d = self.groups[g as usize];
+        let isz = u64::from(sb.inode_size);
+        let byte = u64::from(idx) * isz;
+        let block = d.inode_table + byte / u64::from(sb.block_size);
+        if sb.group_csum() && (d.inode_uninit() || idx >= sb.inodes_per_group - d.itable_unused) {
+            return Err(Ext4Error::Inode {
+                ino,
+                block,
+                reason: format!("lies in the unused part of group {g}'s inode table"),
+            });
+        }
+        let offset = d.inode_table * u64::from(sb.block_size) + byte;
+        let mut raw = vec![0u8; isz as usize];
+        self.src.read_at(offset, &mut raw).map_err(|e| Ext4Error::io("inode", offset, e))?;
+        if sb.metadata_csum() && self.policy == ChecksumPolicy::Verify {
+            let (stored, computed) = inode_checksum(sb, ino, &raw);
+            if stored != computed {
+                return Err(Ext4Error::Checksum { structure: format!("inode {ino}"), block, stored, computed });
+            }
+        }
+        let inode = Inode::parse(sb, ino, &raw);
+        Ok(inode)
+    }
+}

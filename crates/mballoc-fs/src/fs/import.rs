@@ -1,0 +1,113 @@
+//! Starting the engine from an existing volume's state instead of an
+//! empty one.
+
+use super::{FileNode, Fs, FsConfig, Inode, FIRST_INO};
+use crate::error::{FsError, Result};
+use crate::extent_map::{ExtentMap, MappedExtent};
+use crate::normalize::MAX_LOGICAL_BLOCKS;
+use crate::prealloc::InodePas;
+use crate::ranges::RangeSet;
+use crate::space::Space;
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A file carried into the engine: its inode number (which becomes its
+/// [`FileId`](crate::FileId) and picks its home group), size and extents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportedFile {
+    pub ino: u64,
+    pub size: u64,
+    pub extents: Vec<MappedExtent>,
+}
+
+impl Fs {
+    /// Build an engine holding an existing volume: `bitmaps[g]` is group
+    /// `g`'s block bitmap (bit set = in use), and `files` the files to
+    /// carry over, closed. Every file block must be in use in the bitmaps
+    /// and owned once; every other block in use becomes metadata the
+    /// engine never allocates or frees.
+    pub fn import(cfg: FsConfig, bitmaps: &[Vec<u64>], files: Vec<ImportedFile>) -> Result<Fs> {
+        let geo = cfg.geometry;
+        if bitmaps.len() != geo.groups() as usize {
+            return Err(FsError::InvalidImport(format!(
+                "{} bitmaps for a volume of {} groups",
+                bitmaps.len(),
+                geo.groups()
+            )));
+        }
+        let used = |b: u64| {
+            let (g, bit) = ((b >> geo.blocks_per_group_log2()) as usize, b & (u64::from(geo.blocks_per_group()) - 1));
+            bitmaps[g].get((bit / 64) as usize).is_some_and(|w| w & (1 << (bit % 64)) != 0)
+        };
+        let mut owned: Vec<(u64, u64, u64)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for f in &files {
+            if f.ino == 0 || f.ino > u64::from(u32::MAX) || !seen.insert(f.ino) {
+                return Err(FsError::InvalidImport(format!("inode number {} is zero, too large or repeated", f.ino)));
+            }
+            let mut logical_end = 0;
+            for e in &f.extents {
+                let bad = |why: String| {
+                    FsError::InvalidImport(format!("inode {}: extent at logical {}: {why}", f.ino, e.logical))
+                };
+                if e.len == 0 || e.len > e.state.max_len() {
+                    return Err(bad(format!("length {}", e.len)));
+                }
+                if e.logical < logical_end || e.logical_end() > MAX_LOGICAL_BLOCKS {
+                    return Err(bad("out of logical order or past the largest file".into()));
+                }
+                logical_end = e.logical_end();
+                if e.physical.checked_add(u64::from(e.len)).map_or(true, |end| end > geo.total_blocks()) {
+                    return Err(bad(format!("physical {}+{} outside the volume", e.physical, e.len)));
+                }
+                if let Some(b) = (e.physical..e.physical + u64::from(e.len)).find(|&b| !used(b)) {
+                    return Err(bad(format!("block {b} is free in the bitmap")));
+                }
+                owned.push((e.physical, u64::from(e.len), f.ino));
+            }
+        }
+        owned.sort_unstable();
+        for w in owned.windows(2) {
+            if w[1].0 < w[0].0 + w[0].1 {
+                return Err(FsError::InvalidImport(format!(
+                    "block {} belongs to inode {} and inode {}",
+                    w[1].0, w[0].2, w[1].2
+                )));
+            }
+        }
+        let mut fs = Fs::new(cfg)?;
+        for (g, bitmap) in bitmaps.iter().enumerate() {
+            fs.alloc.load_group_bitmap(g as u32, bitmap)?;
+        }
+        let free = fs.alloc.free_blocks();
+        let file_blocks: u64 = owned.iter().map(|o| o.1).sum();
+        fs.metadata_blocks = geo.total_blocks() - free - file_blocks;
+        fs.space = Space::new(free);
+        let ipg = u64::from(fs.cfg.inodes_per_group);
+        let mut next = FIRST_INO;
+        for f in files {
+            let mut map = ExtentMap::new();
+            for e in &f.extents {
+                map.insert(e.logical, e.physical, e.len, e.state);
+            }
+            let inode = Inode {
+                id: f.ino,
+                size: f.size,
+                map,
+                delayed: RangeSet::new(),
+                dirty_unwritten: RangeSet::new(),
+                open: 0,
+                home_group: (((f.ino - 1) / ipg) % u64::from(geo.groups())) as u32,
+                on_dirty_list: false,
+                unlinked: false,
+            };
+            next = next.max(f.ino + 1);
+            let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
+            fs.files.insert(f.ino, node);
+        }
+        fs.next_ino.store(next, Ordering::Release);
+        debug_assert_eq!(fs.check(), Ok(()));
+        Ok(fs)
+    }
+}

@@ -1,0 +1,14 @@
+#![no_main]
+//! Superblock and group descriptors: the input overwrites the start of a
+//! pristine image (see `base::superblock_image`).
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "base.rs"]
+mod base;
+
+fuzz_target!(|data: &[u8]| {
+    if let Some(img) = base::superblock_image(data) {
+        base::exercise(img);
+    }
+});
