@@ -293,10 +293,8 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
         (w, streams, t.files)
     } else {
         let mut w = Workload::from_toml(text)?;
-        if let Some(path) = &w.image {
-            let img = StartImage::open(path).map_err(anyhow::Error::msg)?;
-            w.volume = mballoc_lab::workload::Size(img.bytes);
-            w.block_size = img.block_size;
+        if let Some(path) = w.image.clone() {
+            StartImage::open(&path).map_err(anyhow::Error::msg)?.apply(&mut w);
         }
         let (s, names) = (w.streams(), w.file_names());
         (w, s, names)

@@ -8,11 +8,11 @@
 //! block by block, refuses it.
 
 use crate::error::{Ext4Error, Result};
-use crate::inode::FileType;
 use crate::source::BlockSource;
 use crate::volume::Volume;
 use mballoc::{Allocator, Geometry};
 use mballoc_fs::{ExtentState, FileId, Fs, FsConfig, ImportedFile, MappedExtent};
+use std::collections::HashSet;
 
 /// The engine's geometry for this volume (in clusters).
 pub fn geometry<S: BlockSource>(vol: &Volume<S>) -> Result<Geometry> {
@@ -61,17 +61,19 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
     if sb.bigalloc() {
         return Err(Ext4Error::Unsupported("loading a bigalloc volume's files into the engine".into()));
     }
-    let mut cfg = FsConfig::new(geometry(vol)?);
+    let geo = geometry(vol)?;
+    let mut cfg = FsConfig::new(geo);
     configure(&mut cfg);
-    cfg.geometry = geometry(vol)?;
+    cfg.geometry = geo;
     cfg.inodes_per_group = sb.inodes_per_group;
     let tree = vol.walk()?;
     let base = u64::from(sb.first_data_block);
     let mut files = Vec::new();
     let mut imported: Vec<ImportedFile> = Vec::new();
+    let mut carried = HashSet::new();
     for e in tree.files() {
         files.push((e.path.clone(), FileId(u64::from(e.inode.ino))));
-        if imported.iter().any(|f| f.ino == u64::from(e.inode.ino)) {
+        if !carried.insert(e.inode.ino) {
             continue; // another name of a file already carried over
         }
         let extents = e
@@ -87,7 +89,6 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
             .collect();
         imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents });
     }
-    debug_assert!(tree.files().all(|e| e.inode.file_type() == FileType::Regular));
     let fs = Fs::import(cfg, &bitmaps(vol)?, imported)
         .map_err(|e| Ext4Error::Unsupported(format!("the engine refused the image: {e}")))?;
     Ok(Loaded { fs, files })

@@ -1,16 +1,12 @@
 //! Starting the engine from an existing volume's state instead of an
 //! empty one.
 
-use super::{FileNode, Fs, FsConfig, Inode, FIRST_INO};
+use super::{Fs, FsConfig, FIRST_INO};
 use crate::error::{FsError, Result};
 use crate::extent_map::{ExtentMap, MappedExtent};
 use crate::normalize::MAX_LOGICAL_BLOCKS;
-use crate::prealloc::InodePas;
-use crate::ranges::RangeSet;
 use crate::space::Space;
-use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// A file carried into the engine: its inode number (which becomes its
 /// [`FileId`](crate::FileId) and picks its home group), size and extents.
@@ -84,27 +80,14 @@ impl Fs {
         let file_blocks: u64 = owned.iter().map(|o| o.1).sum();
         fs.metadata_blocks = geo.total_blocks() - free - file_blocks;
         fs.space = Space::new(free);
-        let ipg = u64::from(fs.cfg.inodes_per_group);
         let mut next = FIRST_INO;
         for f in files {
             let mut map = ExtentMap::new();
             for e in &f.extents {
                 map.insert(e.logical, e.physical, e.len, e.state);
             }
-            let inode = Inode {
-                id: f.ino,
-                size: f.size,
-                map,
-                delayed: RangeSet::new(),
-                dirty_unwritten: RangeSet::new(),
-                open: 0,
-                home_group: (((f.ino - 1) / ipg) % u64::from(geo.groups())) as u32,
-                on_dirty_list: false,
-                unlinked: false,
-            };
+            fs.insert_file(f.ino, f.size, map, 0);
             next = next.max(f.ino + 1);
-            let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
-            fs.files.insert(f.ino, node);
         }
         fs.next_ino.store(next, Ordering::Release);
         debug_assert_eq!(fs.check(), Ok(()));

@@ -402,23 +402,29 @@ impl Fs {
         if id > u64::from(u32::MAX) {
             return Err(FsError::InvalidConfig("inode numbers exhausted".into()));
         }
+        self.insert_file(id, 0, ExtentMap::new(), 1);
+        self.tick();
+        Ok(FileId(id))
+    }
+
+    /// Enter file `id` into the table. Its home group is its inode's
+    /// group, as in ext4.
+    fn insert_file(&self, id: u64, size: u64, map: ExtentMap, open: u32) {
         let home_group =
             (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(self.alloc.geometry().groups())) as u32;
         let inode = Inode {
             id,
-            size: 0,
-            map: ExtentMap::new(),
+            size,
+            map,
             delayed: RangeSet::new(),
             dirty_unwritten: RangeSet::new(),
-            open: 1,
+            open,
             home_group,
             on_dirty_list: false,
             unlinked: false,
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
         self.files.insert(id, node);
-        self.tick();
-        Ok(FileId(id))
     }
 
     /// Open another handle on `f`.

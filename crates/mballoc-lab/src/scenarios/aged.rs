@@ -49,8 +49,13 @@ pub fn workload(volume: u64, write: u64) -> Workload {
     }
 }
 
-/// Age the volume through slot 0.
-pub fn age(t: &dyn Target, block: u64) -> Result<(), String> {
+/// Age the volume of workload `w` through slot 0. A volume started from
+/// an image is already aged: the image is the aged volume.
+pub fn age(t: &dyn Target, w: &Workload) -> Result<(), String> {
+    if w.image.is_some() {
+        return Ok(());
+    }
+    let block = u64::from(w.block_size);
     let size = fill(t, 0, block)?;
     punch_pattern(t, 0, size, 100 * block, 50 * block, 50 * block, |i| i % 50 < PUNCHED_PERIODS)?;
     t.sync();
@@ -99,9 +104,7 @@ fn pair<T: Target>(
     let f = write_phase(env, &fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
     drop(fresh);
     let aged = make(w)?;
-    if w.image.is_none() {
-        age(&aged, u64::from(w.block_size))?;
-    }
+    age(&aged, w)?;
     let used = used_pct(&aged);
     let a = write_phase(env, &aged, w, &format!("aged {backend} {variant}: aged write"))?;
     let mut row = a.row;
@@ -119,9 +122,7 @@ fn pair<T: Target>(
 /// mb_groups).
 fn tuned_table(w: &Workload) -> Result<PreallocTable, String> {
     let probe: EngineTarget = engine(w, WriteMode::Delalloc, |_| {})?;
-    if w.image.is_none() {
-        age(&probe, u64::from(w.block_size))?;
-    }
+    age(&probe, w)?;
     let a = probe.fs().allocator();
     let mut top = 0u32;
     for g in 0..a.geometry().groups() {

@@ -53,6 +53,14 @@ impl StartImage {
             block_size: sb.block_size,
         })
     }
+
+    /// Make `w` start from this image: its size and block size replace
+    /// the workload's.
+    pub fn apply(&self, w: &mut Workload) {
+        w.image = Some(self.path.clone());
+        w.volume = crate::workload::Size(self.bytes);
+        w.block_size = self.block_size;
+    }
 }
 
 fn open_image(path: &Path) -> Result<Volume<FileSource>, String> {
@@ -76,9 +84,7 @@ impl Env {
     /// `w` as this run starts it: on the image, if there is one.
     pub fn workload(&self, mut w: Workload) -> Workload {
         if let Some(img) = &self.image {
-            w.image = Some(img.path.clone());
-            w.volume = crate::workload::Size(img.bytes);
-            w.block_size = img.block_size;
+            img.apply(&mut w);
         }
         w
     }

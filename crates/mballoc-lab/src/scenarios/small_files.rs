@@ -41,8 +41,14 @@ pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
     }
 }
 
-/// Fragment the volume: fill it through slot 0, then punch 4 MiB of every 8.
-pub fn fragment(t: &dyn Target, block: u64) -> Result<(), String> {
+/// Fragment the volume of workload `w`: fill it through slot 0, then punch
+/// 4 MiB of every 8. A volume started from an image is as fragmented as
+/// the image.
+pub fn fragment(t: &dyn Target, w: &Workload) -> Result<(), String> {
+    if w.image.is_some() {
+        return Ok(());
+    }
+    let block = u64::from(w.block_size);
     let size = fill(t, 0, block)?;
     punch_pattern(t, 0, size, 8 << 20, 0, 4 << 20, |_| true)?;
     t.sync();
@@ -50,8 +56,7 @@ pub fn fragment(t: &dyn Target, block: u64) -> Result<(), String> {
 }
 
 fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str, rep: &mut ScenarioReport) {
-    // A volume started from an image is as fragmented as the image.
-    if let Err(e) = if w.image.is_some() { Ok(()) } else { fragment(t, u64::from(w.block_size)) } {
+    if let Err(e) = fragment(t, w) {
         rep.notes.push(format!("{backend} {variant}: {e}"));
         return;
     }
