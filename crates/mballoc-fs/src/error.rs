@@ -44,6 +44,10 @@ pub enum FsError {
     #[error("cannot import: {0}")]
     InvalidImport(String),
 
+    /// The attached change log could not make a commit durable.
+    #[error("change log: {0}")]
+    Log(String),
+
     /// The allocator rejected something.
     #[error(transparent)]
     Alloc(#[from] mballoc::Error),

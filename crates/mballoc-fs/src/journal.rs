@@ -139,32 +139,45 @@ impl Journal {
     /// Commit the running transaction: every free it (or an earlier one)
     /// recorded goes back to the allocator. Returns the blocks released.
     pub fn commit(&self, alloc: &Allocator) -> u64 {
+        self.commit_durable(alloc, || true).unwrap_or(0)
+    }
+
+    /// Commit once `make_durable` has made the transaction's metadata
+    /// durable: the frees are taken first, so any change recorded before a
+    /// free that this commit releases is covered by `make_durable`. When it
+    /// fails, the frees stay pending and `None` is returned. Commits are
+    /// serialized.
+    pub fn commit_durable(&self, alloc: &Allocator, make_durable: impl FnOnce() -> bool) -> Option<u64> {
         let mut stats = self.commit.lock();
         let tid = self.running.fetch_add(1, Ordering::AcqRel);
-        stats.commits += 1;
         // A free recorded after this load carries a tid this commit covers,
         // but a later commit releases it just the same.
-        if self.pending.load(Ordering::Acquire) == 0 {
-            return 0;
-        }
-        let mut released = 0;
-        for shard in &self.shards {
-            let ready: Vec<(u64, u64)> = {
+        let mut ready: Vec<(u64, FreeRec)> = Vec::new();
+        if self.pending.load(Ordering::Acquire) > 0 {
+            for shard in &self.shards {
                 let mut tree = shard.lock();
                 if tree.is_empty() {
                     continue;
                 }
                 let keys: Vec<u64> = tree.iter().filter(|(_, r)| r.tid <= tid).map(|(&s, _)| s).collect();
-                keys.into_iter().map(|s| (s, tree.remove(&s).expect("record").len)).collect()
-            };
-            for (s, len) in ready {
-                alloc.free(s, len).unwrap_or_else(|e| panic!("committing free of [{s}, +{len}): {e}"));
-                self.pending.fetch_sub(len, Ordering::AcqRel);
-                released += len;
+                ready.extend(keys.into_iter().map(|s| (s, tree.remove(&s).expect("record"))));
             }
         }
+        if !make_durable() {
+            for (s, r) in ready {
+                self.shards[r.group as usize % self.shards.len()].lock().insert(s, r);
+            }
+            return None;
+        }
+        stats.commits += 1;
+        let mut released = 0;
+        for (s, r) in ready {
+            alloc.free(s, r.len).unwrap_or_else(|e| panic!("committing free of [{s}, +{}): {e}", r.len));
+            self.pending.fetch_sub(r.len, Ordering::AcqRel);
+            released += r.len;
+        }
         stats.blocks_released += released;
-        released
+        Some(released)
     }
 
     /// Every pending range, for invariant checks.

@@ -68,6 +68,7 @@
 //! [`Concurrency::Legacy`] keeps pending frees under one lock and makes the
 //! allocator block on group locks with a single locked stream goal.
 
+pub mod change_log;
 pub mod error;
 pub mod extent_map;
 mod fs;
@@ -78,6 +79,7 @@ pub mod prealloc;
 pub mod ranges;
 pub mod space;
 
+pub use change_log::{Change, ChangeLog, LogFailure};
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent};
 pub use fs::{

@@ -66,6 +66,15 @@ impl From<FsError> for OpError {
     }
 }
 
+impl From<mballoc_vol::VolError> for OpError {
+    fn from(e: mballoc_vol::VolError) -> Self {
+        match e {
+            mballoc_vol::VolError::Fs(e) => e.into(),
+            e => OpError::Failed(e.to_string()),
+        }
+    }
+}
+
 impl From<std::io::Error> for OpError {
     fn from(e: std::io::Error) -> Self {
         if e.raw_os_error() == Some(libc::ENOSPC) {
@@ -191,22 +200,105 @@ pub enum WriteMode {
     NoDelalloc,
 }
 
-/// The engine as a backend.
+/// The engine as a backend: in memory, or a persistent volume whose
+/// writes carry data and whose fsyncs go through the journal.
 pub struct EngineTarget {
-    fs: Arc<Fs>,
+    engine: Engine,
     files: Vec<AtomicU64>,
     names: Vec<String>,
     write_mode: WriteMode,
 }
 
+enum Engine {
+    Memory(Arc<Fs>),
+    Persistent { vol: Box<mballoc_vol::Volume>, _file: VolumeFile },
+}
+
+/// A volume file removed when the target goes.
+pub struct VolumeFile(pub PathBuf);
+
+impl Drop for VolumeFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// What persistent writes carry.
+static PATTERN: [u8; 1 << 16] = [0xA5; 1 << 16];
+
 impl EngineTarget {
     /// `names` are the workload's files, by slot.
     pub fn new(fs: Fs, names: Vec<String>, write_mode: WriteMode) -> Self {
-        EngineTarget { fs: Arc::new(fs), files: names.iter().map(|_| AtomicU64::new(0)).collect(), names, write_mode }
+        EngineTarget {
+            engine: Engine::Memory(Arc::new(fs)),
+            files: names.iter().map(|_| AtomicU64::new(0)).collect(),
+            names,
+            write_mode,
+        }
+    }
+
+    /// A persistent volume kept in `file` (removed when the target goes).
+    pub fn persistent(vol: mballoc_vol::Volume, file: VolumeFile, names: Vec<String>) -> Self {
+        EngineTarget {
+            engine: Engine::Persistent { vol: Box::new(vol), _file: file },
+            files: names.iter().map(|_| AtomicU64::new(0)).collect(),
+            names,
+            write_mode: WriteMode::Delalloc,
+        }
     }
 
     pub fn fs(&self) -> &Fs {
-        &self.fs
+        match &self.engine {
+            Engine::Memory(fs) => fs,
+            Engine::Persistent { vol, .. } => vol.fs(),
+        }
+    }
+
+    /// The persistent volume, if this target has one.
+    pub fn volume(&self) -> Option<&mballoc_vol::Volume> {
+        match &self.engine {
+            Engine::Memory(_) => None,
+            Engine::Persistent { vol, .. } => Some(vol),
+        }
+    }
+
+    /// One operation on the persistent volume.
+    fn apply_persistent(&self, vol: &mballoc_vol::Volume, op: &Op) -> Result<(), OpError> {
+        match op.kind {
+            OpKind::Create => {
+                let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
+                match slot.load(Ordering::Acquire) {
+                    0 => slot.store(vol.create()?.0, Ordering::Release),
+                    id => {
+                        vol.open_file(FileId(id))?;
+                        vol.truncate(FileId(id), 0)?;
+                    }
+                }
+            }
+            OpKind::Fallocate => vol.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::ExtendSize)?,
+            OpKind::FallocateKeepSize => {
+                vol.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::KeepSize)?
+            }
+            OpKind::Write => {
+                let f = self.id(op.file)?;
+                let mut at = 0;
+                while at < op.len {
+                    let n = (op.len - at).min(PATTERN.len() as u64);
+                    vol.write(f, op.offset + at, &PATTERN[..n as usize])?;
+                    at += n;
+                }
+            }
+            OpKind::Truncate => vol.truncate(self.id(op.file)?, op.offset)?,
+            OpKind::Punch => vol.punch_hole(self.id(op.file)?, op.offset, op.len)?,
+            OpKind::Fsync => vol.fsync(self.id(op.file)?)?,
+            OpKind::Close => vol.close(self.id(op.file)?)?,
+            OpKind::Unlink => {
+                let f = self.id(op.file)?;
+                vol.unlink(f)?;
+                self.files[op.file as usize].store(0, Ordering::Release);
+            }
+        }
+        Ok(())
     }
 
     fn id(&self, slot: u32) -> Result<FileId, OpError> {
@@ -219,7 +311,10 @@ impl EngineTarget {
 
 impl Target for EngineTarget {
     fn apply(&self, op: &Op) -> Result<(), OpError> {
-        let fs = &self.fs;
+        let fs = match &self.engine {
+            Engine::Memory(fs) => fs,
+            Engine::Persistent { vol, .. } => return self.apply_persistent(vol, op),
+        };
         match op.kind {
             OpKind::Create => {
                 let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
@@ -254,11 +349,16 @@ impl Target for EngineTarget {
     }
 
     fn sync(&self) {
-        self.fs.sync();
+        match &self.engine {
+            Engine::Memory(fs) => fs.sync(),
+            // A failed sync turns the volume read-only; the next operation
+            // reports it.
+            Engine::Persistent { vol, .. } => vol.sync().unwrap_or(()),
+        }
     }
 
     fn available_bytes(&self) -> u64 {
-        self.fs.available_blocks() * self.fs.block_size()
+        self.fs().available_blocks() * self.fs().block_size()
     }
 
     fn layouts(&self) -> Result<Vec<FileLayout>, String> {
@@ -269,7 +369,7 @@ impl Target for EngineTarget {
                 continue;
             }
             let records = self
-                .fs
+                .fs()
                 .extents(FileId(id))
                 .map_err(|e| e.to_string())?
                 .into_iter()
@@ -281,7 +381,7 @@ impl Target for EngineTarget {
     }
 
     fn free_space(&self) -> Result<FreeSpace, String> {
-        let a = self.fs.allocator();
+        let a = self.fs().allocator();
         let g = a.geometry();
         let mut runs = Vec::new();
         a.for_each_free_extent(|_, len| runs.push(len));
@@ -289,20 +389,20 @@ impl Target for EngineTarget {
     }
 
     fn counters(&self) -> Option<AllocCounters> {
-        Some(AllocCounters::from_stats(&self.fs.allocator().stats()))
+        Some(AllocCounters::from_stats(&self.fs().allocator().stats()))
     }
 
     fn mb_stats_text(&self) -> Option<String> {
-        Some(self.fs.allocator().mb_stats_report())
+        Some(self.fs().allocator().mb_stats_report())
     }
 
     fn engine_stats(&self) -> Option<mballoc_fs::FsStats> {
-        Some(self.fs.stats())
+        Some(self.fs().stats())
     }
 
     fn blocks_per_flex(&self) -> u64 {
         // mke2fs's default flex_bg of 16 groups.
-        u64::from(self.fs.allocator().geometry().blocks_per_group()) * 16
+        u64::from(self.fs().allocator().geometry().blocks_per_group()) * 16
     }
 }
 

@@ -3,6 +3,7 @@
 //! normalized window from the allocator.
 
 use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize, StreamPlacement};
+use crate::change_log::Change;
 use crate::extent_map::ExtentState;
 use crate::normalize::{placement, window, Neighbours, Placement, RequestShape, WindowGeometry};
 use crate::prealloc::GroupPa;
@@ -42,6 +43,9 @@ impl Fs {
                 }
             };
             ino.map.insert(l, physical, got, state);
+            // Writeback's blocks hold no data on the device yet: the layer
+            // that writes it records them written (`Fs::mark_written`).
+            self.note(Change::Map { ino: ino.id, logical: l, physical, len: got, state: ExtentState::Unwritten });
             self.space.settle(u64::from(got));
             l += u64::from(got);
         }

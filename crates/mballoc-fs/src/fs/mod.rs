@@ -9,6 +9,7 @@ mod streams;
 pub use import::ImportedFile;
 pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
 
+use crate::change_log::{Change, ChangeLog};
 use crate::error::{FsError, Result};
 use crate::extent_map::{ExtentMap, ExtentState, MappedExtent, MAX_UNWRITTEN_LEN};
 use crate::journal::{Journal, JournalStats};
@@ -207,6 +208,7 @@ pub struct Fs {
     local_ops: PerCpu<AtomicU64>,
     metadata_blocks: u64,
     counters: PerCpu<Counters>,
+    log: Option<Arc<dyn ChangeLog>>,
 }
 
 /// Whether requests may grow into preallocation windows.
@@ -247,6 +249,7 @@ impl Fs {
         Ok(Fs {
             block_bits: cfg.geometry.block_size().trailing_zeros(),
             metadata_blocks: cfg.geometry.total_blocks() - free,
+            log: None,
             lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
             alloc,
             cfg,
@@ -402,6 +405,7 @@ impl Fs {
         if id > u64::from(u32::MAX) {
             return Err(FsError::InvalidConfig("inode numbers exhausted".into()));
         }
+        self.note(Change::Create { ino: id });
         self.insert_file(id, 0, ExtentMap::new(), 1);
         self.tick();
         Ok(FileId(id))
@@ -513,6 +517,9 @@ impl Fs {
         ino.unlinked = true;
         self.files.remove(f.0);
         self.cut(&mut ino, 0, u64::MAX);
+        // After the unmap, so that every prefix of the log names only
+        // files that exist.
+        self.note(Change::Unlink { ino: f.0 });
         self.discard_inode_pas(&node);
         drop(ino);
         self.tick();
@@ -557,7 +564,10 @@ impl Fs {
             for (s, e) in unwritten {
                 dirtied += ino.dirty_unwritten.insert(s, e);
             }
-            ino.size = ino.size.max(offset + len);
+            if offset + len > ino.size {
+                ino.size = offset + len;
+                self.note(Change::Size { ino: ino.id, size: ino.size });
+            }
             if dirtied > 0 {
                 self.dirty.fetch_add(dirtied, Ordering::AcqRel);
                 if !ino.on_dirty_list {
@@ -593,8 +603,9 @@ impl Fs {
             for (s, e) in holes {
                 self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
             }
-            if mode == FallocateMode::ExtendSize {
-                ino.size = ino.size.max(offset + len);
+            if mode == FallocateMode::ExtendSize && offset + len > ino.size {
+                ino.size = offset + len;
+                self.note(Change::Size { ino: ino.id, size: ino.size });
             }
             Ok(())
         })?;
@@ -614,7 +625,10 @@ impl Fs {
                 self.cut(ino, size.div_ceil(self.block_size()), u64::MAX);
                 self.discard_inode_pas(node);
             }
-            ino.size = size;
+            if size != ino.size {
+                ino.size = size;
+                self.note(Change::Size { ino: ino.id, size });
+            }
             Ok(())
         })?;
         self.tick();
@@ -673,9 +687,68 @@ impl Fs {
     }
 
     /// Commit the running transaction: blocks it freed become allocatable.
-    /// Returns how many.
+    /// Returns how many. With a [`ChangeLog`] attached, a commit whose log
+    /// could not be made durable releases nothing (see [`Fs::try_commit`]).
     pub fn commit(&self) -> u64 {
-        self.journal.commit(&self.alloc)
+        self.try_commit().unwrap_or(0)
+    }
+
+    /// Commit, saying whether the attached log failed to make the
+    /// transaction durable (the freed blocks then stay pending).
+    pub fn try_commit(&self) -> Result<u64> {
+        let mut failure = None;
+        let released = self.journal.commit_durable(&self.alloc, || match &self.log {
+            None => true,
+            Some(log) => match log.commit() {
+                Ok(()) => true,
+                Err(e) => {
+                    failure = Some(e);
+                    false
+                }
+            },
+        });
+        match (released, failure) {
+            (Some(n), _) => Ok(n),
+            (None, f) => Err(FsError::Log(f.map_or_else(|| "commit failed".into(), |f| f.0))),
+        }
+    }
+
+    /// Send every metadata change from now on to `log` (see
+    /// [`change_log`](crate::change_log)). Attach before sharing the engine:
+    /// changes made earlier are not replayed into the log.
+    pub fn attach_change_log(&mut self, log: Arc<dyn ChangeLog>) {
+        self.log = Some(log);
+    }
+
+    /// Record that the mapped blocks of the byte range hold their data on
+    /// the device: unwritten blocks in memory become written, and the
+    /// change log hears of every mapped block in the range.
+    pub fn mark_written(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        let (first, end) = self.block_range(offset, len)?;
+        self.with_inode(f, false, |_, ino| {
+            if first == end {
+                return Ok(());
+            }
+            let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
+            self.dirty.fetch_sub(undirtied, Ordering::AcqRel);
+            ino.map.convert_to_written(first, end);
+            if !ino.map.overlapping(first, end).is_empty() {
+                self.note(Change::Written { ino: ino.id, first, end });
+            }
+            Ok(())
+        })
+    }
+
+    /// The file's allocated extents that overlap logical blocks
+    /// `[first, end)`, ascending.
+    pub fn lookup(&self, f: FileId, first: u64, end: u64) -> Result<Vec<MappedExtent>> {
+        self.with_inode(f, false, |_, ino| Ok(ino.map.overlapping(first, end)))
+    }
+
+    pub(super) fn note(&self, change: Change) {
+        if let Some(log) = &self.log {
+            log.record(change);
+        }
     }
 
     /// Give back every unused preallocation (files' and locality groups').
@@ -731,7 +804,12 @@ impl Fs {
         let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
         self.space.unclaim(dropped);
         self.dirty.fetch_sub(dropped + undirtied, Ordering::AcqRel);
-        for piece in ino.map.remove(first, end) {
+        let removed = ino.map.remove(first, end);
+        if !removed.is_empty() {
+            // Logged before the frees, so a commit that releases them has it.
+            self.note(Change::Unmap { ino: ino.id, first, end });
+        }
+        for piece in removed {
             self.defer_free(piece.physical, u64::from(piece.len));
             self.space.release(u64::from(piece.len));
         }

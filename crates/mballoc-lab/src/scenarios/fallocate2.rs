@@ -3,7 +3,7 @@
 //! fallocate call, the truncates inside the time. Engine scalable vs legacy
 //! (the seed's base) and the kernel file systems, by worker count.
 
-use super::{engine, kernel, measure, Env};
+use super::{engine, kernel, measure, persistent_engine, Env};
 use crate::backend::{BackendKind, WriteMode};
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
@@ -77,6 +77,16 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
                     Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),
                 }
             }
+            // The same with the volume on a device: every truncate's frees
+            // and every fallocate's extents go through the journal.
+            let variant = "scalable+journal";
+            match persistent_engine(&w) {
+                Ok(t) => match measure(env, &t, &w, None, &format!("fallocate2 engine {variant} x{n}")) {
+                    Ok(r) => rep.rows.push(row("engine", variant, n, &r)),
+                    Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),
+                },
+                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
+            }
         }
         for k in env.kernels() {
             if rep.is_skipped(k.name()) {
@@ -98,7 +108,7 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
             .and_then(|r| r.num("ops_per_s"))
     };
     let top = *workers.last().expect("worker counts");
-    for (b, v) in [("engine", "scalable"), ("engine", "legacy"), ("ext4", "default")] {
+    for (b, v) in [("engine", "scalable"), ("engine", "legacy"), ("engine", "scalable+journal"), ("ext4", "default")] {
         if let (Some(one), Some(many)) = (total(b, v, 1), total(b, v, top)) {
             rep.notes.push(format!("{b} {v}: {top} workers give {:.2}x the 1-worker total", many / one));
         }
@@ -108,6 +118,9 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
             "1 worker: engine {:.1}x kernel ext4 (in-process calls vs system calls on a loop-mounted image)",
             e / k
         ));
+    }
+    if let (Some(e), Some(k)) = (total("engine", "scalable+journal", 1), total("ext4", "default", 1)) {
+        rep.notes.push(format!("1 worker, journal in the path: engine {:.1}x kernel ext4", e / k));
     }
     rep.plots.push(Plot::Lines { title: "fallocate2: total ops/s by workers".into(), x: "workers", y: "ops_per_s" });
     rep

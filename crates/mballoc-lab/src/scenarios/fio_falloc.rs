@@ -3,7 +3,7 @@
 //! table (bandwidth, free extents, extents per file, e4defrag's score) for
 //! optimize_scan on and off.
 
-use super::{engine, free_metrics, histogram_lines, kernel, layout_metrics, measure, Env};
+use super::{engine, free_metrics, histogram_lines, kernel, layout_metrics, measure, persistent_engine, Env};
 use crate::backend::{BackendKind, Target, WriteMode};
 use crate::kernel::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
@@ -87,6 +87,10 @@ pub fn run(env: &Env) -> ScenarioReport {
                 Ok(t) => observe(env, &t, &w, "engine", variant, &mut rep),
                 Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
             }
+        }
+        match persistent_engine(&w) {
+            Ok(t) => observe(env, &t, &w, "engine", "journal", &mut rep),
+            Err(e) => rep.notes.push(format!("engine journal: {e}")),
         }
     }
     for k in env.kernels() {

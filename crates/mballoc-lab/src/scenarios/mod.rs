@@ -5,6 +5,7 @@ pub mod aged;
 pub mod core;
 pub mod fallocate2;
 pub mod fio_falloc;
+pub mod folio_write;
 pub mod multiblock;
 pub mod small_files;
 
@@ -133,6 +134,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "small-files-fragmented", about: small_files::ABOUT, run: small_files::run },
     Scenario { name: "multiblock-cost", about: multiblock::ABOUT, run: multiblock::run },
     Scenario { name: "aged", about: aged::ABOUT, run: aged::run },
+    Scenario { name: "folio-write", about: folio_write::ABOUT, run: folio_write::run },
     Scenario { name: "fallocate2-core", about: core::FALLOCATE2_ABOUT, run: core::run_fallocate2 },
     Scenario { name: "fragmented-core", about: core::FRAGMENTED_ABOUT, run: core::run_fragmented },
 ];
@@ -172,6 +174,36 @@ pub fn engine_with_files(
         }
     };
     Ok(EngineTarget::new(fs, names, write_mode))
+}
+
+/// A fresh persistent volume file of `bytes` bytes in /dev/shm (or the
+/// temporary directory), formatted with `block_size`, mounted with `opts`.
+pub fn persistent_volume(
+    bytes: u64,
+    block_size: u32,
+    opts: mballoc_vol::MountOptions,
+) -> Result<(mballoc_vol::Volume, crate::backend::VolumeFile), String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let path = dir.join(format!("mballoc-lab-vol-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let file = crate::backend::VolumeFile(path.clone());
+    let dev = mballoc_vol::FileDevice::create(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dev: std::sync::Arc<dyn mballoc_vol::Device> = std::sync::Arc::new(dev);
+    let fo = mballoc_vol::FormatOptions { block_size, ..Default::default() };
+    mballoc_vol::Volume::format(dev.clone(), &fo).map_err(|e| e.to_string())?;
+    let vol = mballoc_vol::Volume::open(dev, opts).map_err(|e| e.to_string())?;
+    Ok((vol, file))
+}
+
+/// A persistent engine for workload `w` (an empty volume of its shape):
+/// writes carry data, fsync commits the journal.
+pub fn persistent_engine(w: &Workload) -> Result<EngineTarget, String> {
+    if w.image.is_some() {
+        return Err("a persistent volume starts empty, not from an ext4 image".into());
+    }
+    let (vol, file) = persistent_volume(w.volume.0, w.block_size, mballoc_vol::MountOptions::default())?;
+    Ok(EngineTarget::persistent(vol, file, w.file_names()))
 }
 
 /// A kernel volume for workload `w`, mounted with `options`; the error says

@@ -1,0 +1,45 @@
+//! `mballoc mkfs` and `mballoc check [--repair]` on a volume file.
+
+use std::process::{Command, Output};
+
+fn mballoc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mballoc")).args(args).output().expect("runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn mkfs_check_corrupt_repair() {
+    let dir = std::env::temp_dir().join(format!("mballoc-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let vol = dir.join("vol.img");
+    let v = vol.to_str().unwrap();
+    let o = mballoc(&["mkfs", v, "--size", "64M"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("16384 blocks of 4096 bytes"), "{}", text(&o));
+    let o = mballoc(&["check", v]);
+    assert!(o.status.success() && text(&o).contains(": clean"), "{}", text(&o));
+
+    // A bitmap byte that disagrees with the (empty) file table.
+    let mut bytes = std::fs::read(&vol).unwrap();
+    let sb = mballoc_vol::Superblock::decode(&bytes[..512], bytes.len() as u64).unwrap();
+    let at = (sb.bitmap_start * 4096 + 4000) as usize;
+    bytes[at] ^= 0x01;
+    std::fs::write(&vol, &bytes).unwrap();
+    let o = mballoc(&["check", v]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("group 0") && text(&o).contains("NOT clean"), "{}", text(&o));
+    let o = mballoc(&["check", v, "--repair"]);
+    assert!(o.status.success() && text(&o).contains("repaired"), "{}", text(&o));
+    let o = mballoc(&["check", v]);
+    assert!(o.status.success() && text(&o).contains(": clean"), "{}", text(&o));
+
+    // Not a volume at all.
+    std::fs::write(&vol, vec![0u8; 1 << 20]).unwrap();
+    let o = mballoc(&["check", v]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("bad magic"), "{}", text(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,71 @@
+//! Typed errors. A failed mount or check writes nothing; a failed
+//! operation on a mounted volume changes nothing, except that an I/O
+//! failure while committing stops all further writes (the volume turns
+//! read-only, as ext4 does when its journal aborts).
+
+use mballoc_fs::FsError;
+use thiserror::Error;
+
+/// What went wrong.
+#[derive(Debug, Error)]
+pub enum VolError {
+    /// The device failed.
+    #[error("I/O error {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Not a volume of this format.
+    #[error("bad magic: not an mballoc volume")]
+    BadMagic,
+
+    /// A structure failed its checksum.
+    #[error("{structure} at block {block}: checksum mismatch")]
+    Checksum { structure: &'static str, block: u64 },
+
+    /// A structure that is internally inconsistent or points outside its
+    /// area.
+    #[error("{structure} at block {block}: {detail}")]
+    Corrupt { structure: &'static str, block: u64, detail: String },
+
+    /// Parameters that cannot make a volume.
+    #[error("invalid geometry: {0}")]
+    Geometry(String),
+
+    /// Every inode slot is taken.
+    #[error("no free inode: all {0} slots are in use")]
+    NoInodes(u32),
+
+    /// The extent-tree area cannot hold the files' trees.
+    #[error("extent-tree area full: {needed} blocks needed, {free} free")]
+    MetadataFull { needed: u64, free: u64 },
+
+    /// The volume is mounted read-only (by request, or after a failed
+    /// commit).
+    #[error("volume is read-only")]
+    ReadOnly,
+
+    /// An argument the operation cannot take (alignment for unbuffered
+    /// I/O, a folio size out of range).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The file layer refused the operation.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+}
+
+impl VolError {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> VolError {
+        VolError::Io { what: what.into(), source }
+    }
+
+    pub(crate) fn corrupt(structure: &'static str, block: u64, detail: impl Into<String>) -> VolError {
+        VolError::Corrupt { structure, block, detail: detail.into() }
+    }
+}
+
+/// Shorthand used across the crate.
+pub type Result<T> = std::result::Result<T, VolError>;

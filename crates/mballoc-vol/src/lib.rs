@@ -1,0 +1,79 @@
+//! # mballoc-vol — a crash-safe volume over the mballoc engine
+//!
+//! [`mballoc_fs::Fs`] decides where every block goes; this crate stores
+//! the result and the files' contents on a [`Device`] so that a crash at
+//! any point loses nothing that was made durable, leaks no block and never
+//! lets two files own one. The format is in docs/FORMAT.md.
+//!
+//! ## The two states
+//!
+//! The engine's **live** state runs ahead: delayed data without blocks,
+//! preallocated windows, changes not yet committed. The **committed** state
+//! ([`state`]) is what a mount after a crash would find: each file's size
+//! and extents, and the bitmaps those extents imply. The engine describes
+//! every metadata change to a [`ChangeLog`](mballoc_fs::ChangeLog) (this
+//! crate's journal) under the file's lock; a commit writes the changes as
+//! one journal transaction ([`wal`]), flushes, and applies them to the
+//! committed state. Only then does the engine release the blocks the
+//! transaction freed — the 2004 design's rule that freed blocks are
+//! allocatable only after commit.
+//!
+//! ## What is durable when
+//!
+//! * `fsync(f)` writes `f`'s dirty folios, then commits: flush (the data),
+//!   journal transaction, flush. When it returns, `f`'s data and mapping
+//!   survive a crash (ext4's data=ordered).
+//! * Writeback maps blocks **unwritten** in the journal and records them
+//!   written only after their data was written, so a crash in between
+//!   leaves zeroes, never another file's old bytes.
+//! * Other changes commit on the engine's timer (every
+//!   `commit_interval_ops` operations), on `sync` and at unmount.
+//! * Preallocated blocks never appear in the journal or the bitmaps: a
+//!   crash gives them back without a checker (ext4 needs e2fsck for that).
+//! * Delayed writes reserve their blocks when they are made, so writeback
+//!   never runs out of space.
+//!
+//! ## Checkpoints and replay
+//!
+//! When the journal is half full, and at unmount, a checkpoint ([`home`])
+//! writes the committed state to its home areas — extent trees copy-on-
+//! write into the tree area, then inode records, bitmaps and descriptors,
+//! then the superblock, which restarts the journal. Changes are
+//! assignments (this range maps there, the size is this), so replay is
+//! idempotent: mounting after a crash in the middle of a checkpoint
+//! replays the same transactions over a partly updated home and reaches
+//! the same state. Buddies and order indexes are never stored; the
+//! allocator builds them from the bitmaps.
+//!
+//! ## Reading damage
+//!
+//! Every structure carries a crc32c seeded from the volume's UUID and bound
+//! to its location. Mounting stops at the first failed check with a typed
+//! [`VolError`] and writes nothing; [`check`] lists every problem and, on
+//! request, repairs: replays the journal, drops damaged inodes and trees,
+//! rebuilds bitmaps and counters.
+//!
+//! ## Data
+//!
+//! Buffered I/O goes through a cache of folios ([`cache`]) of one size per
+//! mount, 4 KiB to 2 MiB; writeback issues one device write per physically
+//! contiguous piece. [`Volume::write_direct`] and [`Volume::read_direct`]
+//! bypass the cache (`O_DIRECT`): aligned, allocated unwritten, written,
+//! then converted.
+
+pub mod cache;
+pub mod check;
+pub mod crash;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod home;
+pub mod state;
+mod volume;
+pub mod wal;
+
+pub use check::{check, CheckReport, Repair};
+pub use device::{Device, FileDevice, MemDevice, OpenMode};
+pub use error::{Result, VolError};
+pub use format::{FormatOptions, Superblock};
+pub use volume::{Access, MountOptions, Volume, VolumeStats};
