@@ -223,6 +223,95 @@ impl Drop for VolumeFile {
     }
 }
 
+/// The file operations a workload needs, on the in-memory engine or on a
+/// persistent volume.
+trait FileOps {
+    fn create(&self) -> Result<u64, OpError>;
+    /// Open an existing file again and empty it (`creat` on an existing name).
+    fn reopen_empty(&self, f: FileId) -> Result<(), OpError>;
+    fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError>;
+    fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError>;
+    fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError>;
+    fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError>;
+    fn fsync(&self, f: FileId) -> Result<(), OpError>;
+    fn close(&self, f: FileId) -> Result<(), OpError>;
+    fn unlink(&self, f: FileId) -> Result<(), OpError>;
+}
+
+impl FileOps for Fs {
+    fn create(&self) -> Result<u64, OpError> {
+        Ok(Fs::create(self)?.0)
+    }
+    fn reopen_empty(&self, f: FileId) -> Result<(), OpError> {
+        self.open(f)?;
+        Ok(Fs::truncate(self, f, 0)?)
+    }
+    fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
+        Ok(Fs::fallocate(self, f, offset, len, mode)?)
+    }
+    /// Writes carry no data: the engine only places blocks.
+    fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError> {
+        Fs::write(self, f, offset, len)?;
+        if mode == WriteMode::NoDelalloc {
+            self.writeback(f)?;
+        }
+        Ok(())
+    }
+    fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError> {
+        Ok(Fs::truncate(self, f, size)?)
+    }
+    fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
+        Ok(Fs::punch_hole(self, f, offset, len)?)
+    }
+    fn fsync(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::fsync(self, f)?)
+    }
+    fn close(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::close(self, f)?)
+    }
+    fn unlink(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::unlink(self, f)?)
+    }
+}
+
+impl FileOps for mballoc_vol::Volume {
+    fn create(&self) -> Result<u64, OpError> {
+        Ok(mballoc_vol::Volume::create(self)?.0)
+    }
+    fn reopen_empty(&self, f: FileId) -> Result<(), OpError> {
+        self.open_file(f)?;
+        Ok(mballoc_vol::Volume::truncate(self, f, 0)?)
+    }
+    fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::fallocate(self, f, offset, len, mode)?)
+    }
+    /// Writes carry a fixed pattern through the cache (always delayed).
+    fn write(&self, f: FileId, offset: u64, len: u64, _: WriteMode) -> Result<(), OpError> {
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(PATTERN.len() as u64);
+            mballoc_vol::Volume::write(self, f, offset + at, &PATTERN[..n as usize])?;
+            at += n;
+        }
+        Ok(())
+    }
+    fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::truncate(self, f, size)?)
+    }
+    fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::punch_hole(self, f, offset, len)?)
+    }
+    fn fsync(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::fsync(self, f)?)
+    }
+    fn close(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::close(self, f)?)
+    }
+    fn unlink(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::unlink(self, f)?)
+    }
+}
+
 /// What persistent writes carry.
 static PATTERN: [u8; 1 << 16] = [0xA5; 1 << 16];
 
@@ -254,47 +343,27 @@ impl EngineTarget {
         }
     }
 
-    /// The persistent volume, if this target has one.
-    pub fn volume(&self) -> Option<&mballoc_vol::Volume> {
-        match &self.engine {
-            Engine::Memory(_) => None,
-            Engine::Persistent { vol, .. } => Some(vol),
-        }
-    }
-
-    /// One operation on the persistent volume.
-    fn apply_persistent(&self, vol: &mballoc_vol::Volume, op: &Op) -> Result<(), OpError> {
+    /// One operation on whichever engine this target holds.
+    fn apply_to(&self, files: &impl FileOps, op: &Op) -> Result<(), OpError> {
         match op.kind {
             OpKind::Create => {
                 let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
                 match slot.load(Ordering::Acquire) {
-                    0 => slot.store(vol.create()?.0, Ordering::Release),
-                    id => {
-                        vol.open_file(FileId(id))?;
-                        vol.truncate(FileId(id), 0)?;
-                    }
+                    0 => slot.store(files.create()?, Ordering::Release),
+                    id => files.reopen_empty(FileId(id))?,
                 }
             }
-            OpKind::Fallocate => vol.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::ExtendSize)?,
+            OpKind::Fallocate => files.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::ExtendSize)?,
             OpKind::FallocateKeepSize => {
-                vol.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::KeepSize)?
+                files.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::KeepSize)?
             }
-            OpKind::Write => {
-                let f = self.id(op.file)?;
-                let mut at = 0;
-                while at < op.len {
-                    let n = (op.len - at).min(PATTERN.len() as u64);
-                    vol.write(f, op.offset + at, &PATTERN[..n as usize])?;
-                    at += n;
-                }
-            }
-            OpKind::Truncate => vol.truncate(self.id(op.file)?, op.offset)?,
-            OpKind::Punch => vol.punch_hole(self.id(op.file)?, op.offset, op.len)?,
-            OpKind::Fsync => vol.fsync(self.id(op.file)?)?,
-            OpKind::Close => vol.close(self.id(op.file)?)?,
+            OpKind::Write => files.write(self.id(op.file)?, op.offset, op.len, self.write_mode)?,
+            OpKind::Truncate => files.truncate(self.id(op.file)?, op.offset)?,
+            OpKind::Punch => files.punch_hole(self.id(op.file)?, op.offset, op.len)?,
+            OpKind::Fsync => files.fsync(self.id(op.file)?)?,
+            OpKind::Close => files.close(self.id(op.file)?)?,
             OpKind::Unlink => {
-                let f = self.id(op.file)?;
-                vol.unlink(f)?;
+                files.unlink(self.id(op.file)?)?;
                 self.files[op.file as usize].store(0, Ordering::Release);
             }
         }
@@ -311,41 +380,10 @@ impl EngineTarget {
 
 impl Target for EngineTarget {
     fn apply(&self, op: &Op) -> Result<(), OpError> {
-        let fs = match &self.engine {
-            Engine::Memory(fs) => fs,
-            Engine::Persistent { vol, .. } => return self.apply_persistent(vol, op),
-        };
-        match op.kind {
-            OpKind::Create => {
-                let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
-                match slot.load(Ordering::Acquire) {
-                    0 => slot.store(fs.create()?.0, Ordering::Release),
-                    id => {
-                        fs.open(FileId(id))?;
-                        fs.truncate(FileId(id), 0)?;
-                    }
-                }
-            }
-            OpKind::Fallocate => fs.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::ExtendSize)?,
-            OpKind::FallocateKeepSize => fs.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::KeepSize)?,
-            OpKind::Write => {
-                let f = self.id(op.file)?;
-                fs.write(f, op.offset, op.len)?;
-                if self.write_mode == WriteMode::NoDelalloc {
-                    fs.writeback(f)?;
-                }
-            }
-            OpKind::Truncate => fs.truncate(self.id(op.file)?, op.offset)?,
-            OpKind::Punch => fs.punch_hole(self.id(op.file)?, op.offset, op.len)?,
-            OpKind::Fsync => fs.fsync(self.id(op.file)?)?,
-            OpKind::Close => fs.close(self.id(op.file)?)?,
-            OpKind::Unlink => {
-                let f = self.id(op.file)?;
-                fs.unlink(f)?;
-                self.files[op.file as usize].store(0, Ordering::Release);
-            }
+        match &self.engine {
+            Engine::Memory(fs) => self.apply_to(&**fs, op),
+            Engine::Persistent { vol, .. } => self.apply_to(&**vol, op),
         }
-        Ok(())
     }
 
     fn sync(&self) {

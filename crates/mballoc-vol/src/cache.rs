@@ -39,6 +39,13 @@ impl Folio {
         was
     }
 
+    /// Mark every block clean; returns how many were dirty.
+    pub fn clean_all(&mut self) -> u64 {
+        let n = self.dirty_count();
+        self.dirty.fill(0);
+        n
+    }
+
     pub fn dirty_count(&self) -> u64 {
         self.dirty.iter().map(|w| u64::from(w.count_ones())).sum()
     }

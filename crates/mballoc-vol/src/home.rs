@@ -215,6 +215,7 @@ impl Home {
         let sb = &self.sb;
         let mut extents = Vec::new();
         let mut tree = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         check_order(&rec.root, 0, MAX_LOGICAL + 1, 0)?;
         // (entries, depth, logical bounds) still to visit.
         let mut stack = vec![(rec.root.clone(), rec.depth)];
@@ -227,7 +228,7 @@ impl Home {
                             return Err(VolError::corrupt("extent tree", child, "index entry in a leaf"));
                         }
                         let in_area = child >= sb.tree_start && child < sb.tree_start + u64::from(sb.tree_blocks);
-                        if !in_area || self.zone_get(child) || tree.contains(&child) {
+                        if !in_area || self.zone_get(child) || !seen.insert(child) {
                             return Err(VolError::corrupt(
                                 "extent tree",
                                 child,
@@ -415,7 +416,7 @@ impl Home {
                 if let Some(rec) = images.get(&slot) {
                     rec.encode(seed, slot, out);
                 } else if let Some(ino) = self.slots[slot as usize] {
-                    self.record_of(dev, ino)?.encode(seed, slot, out);
+                    self.record_of(ino).encode(seed, slot, out);
                 }
             }
             write(dev, &sb, sb.itable_start + blk as u64, &b)?;
@@ -457,11 +458,11 @@ impl Home {
     }
 
     /// The record of a file whose tree is already on disk.
-    fn record_of(&self, _dev: &dyn Device, ino: u64) -> Result<InodeRecord> {
+    fn record_of(&self, ino: u64) -> InodeRecord {
         let f = &self.state.files[&ino];
         let entries = Home::leaf_entries(f);
         let (depth, root) = self.root_for(&entries, &f.tree);
-        Ok(InodeRecord { ino, size: f.size, depth, root })
+        InodeRecord { ino, size: f.size, depth, root }
     }
 
     /// Rebuild the root of a tree whose node blocks are `tree`, in the

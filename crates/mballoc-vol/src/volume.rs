@@ -335,6 +335,11 @@ impl Volume {
         u64::from(self.opts.folio_size) / self.block_size()
     }
 
+    /// Every file's cache, taken out of the table's lock.
+    fn caches(&self) -> Vec<(u64, Arc<Mutex<FileCache>>)> {
+        self.files.lock().iter().map(|(&k, v)| (k, v.clone())).collect()
+    }
+
     fn cache_of(&self, f: FileId) -> Arc<Mutex<FileCache>> {
         self.files.lock().entry(f.0).or_default().clone()
     }
@@ -455,9 +460,7 @@ impl Volume {
         {
             return Ok(());
         }
-        let all: Vec<(u64, Arc<Mutex<FileCache>>)> =
-            self.files.lock().iter().map(|(&k, v)| (k, v.clone())).filter(|(k, _)| *k != except.0).collect();
-        for (ino, c) in all {
+        for (ino, c) in self.caches().into_iter().filter(|(k, _)| *k != except.0) {
             let Some(mut fc) = c.try_lock() else { continue };
             if self.dirty.load(Ordering::Acquire) > self.opts.dirty_bytes / 2 {
                 self.writeback_locked(FileId(ino), &mut fc)?;
@@ -512,14 +515,7 @@ impl Volume {
         for &(first, n) in &runs {
             self.fs.mark_written(f, first * bs, n * bs)?;
         }
-        let mut cleaned = 0;
-        for folio in fc.folios.values_mut() {
-            for b in 0..fb as usize {
-                if folio.set_clean(b) {
-                    cleaned += 1;
-                }
-            }
-        }
+        let cleaned: u64 = fc.folios.values_mut().map(|folio| folio.clean_all()).sum();
         debug_assert_eq!(cleaned, fc.dirty_blocks);
         fc.dirty_blocks = 0;
         self.dirty.fetch_sub(cleaned * bs, Ordering::AcqRel);
@@ -619,17 +615,23 @@ impl Volume {
         let bs = self.block_size();
         let (first, end) = (offset / bs, (offset + len as u64).div_ceil(bs));
         buf[..len].fill(0);
-        let mut block = vec![0u8; bs as usize];
         for e in self.fs.lookup(f, first, end)? {
             if e.state != ExtentState::Written {
                 continue;
             }
-            for l in e.logical.max(first)..e.logical_end().min(end) {
-                let p = e.physical_of(l);
-                self.dev.read_at(p * bs, &mut block).map_err(|e| VolError::io(format!("reading block {p}"), e))?;
-                let at = ((l - first) * bs) as usize;
-                let n = (len - at).min(bs as usize);
-                buf[at..at + n].copy_from_slice(&block[..n]);
+            // One device read per piece; the last block may pass the end
+            // of the file, so its tail goes through a scratch block.
+            let (a, b) = (e.logical.max(first), e.logical_end().min(end));
+            let p = e.physical_of(a);
+            let at = ((a - first) * bs) as usize;
+            let want = (((b - a) * bs) as usize).min(len - at);
+            let whole = want / bs as usize * bs as usize;
+            let io = |e| VolError::io(format!("reading block {p}"), e);
+            self.dev.read_at(p * bs, &mut buf[at..at + whole]).map_err(io)?;
+            if whole < want {
+                let mut block = vec![0u8; bs as usize];
+                self.dev.read_at((p + whole as u64 / bs) * bs, &mut block).map_err(io)?;
+                buf[at + whole..at + want].copy_from_slice(&block[..want - whole]);
             }
         }
         Ok(len)
@@ -777,8 +779,7 @@ impl Volume {
     /// Write back every file and commit.
     pub fn sync(&self) -> Result<()> {
         self.writable()?;
-        let all: Vec<(u64, Arc<Mutex<FileCache>>)> = self.files.lock().iter().map(|(&k, v)| (k, v.clone())).collect();
-        for (ino, c) in all {
+        for (ino, c) in self.caches() {
             let mut fc = c.lock();
             match self.writeback_locked(FileId(ino), &mut fc) {
                 Err(VolError::Fs(mballoc_fs::FsError::Unlinked(_))) => {}

@@ -40,17 +40,24 @@ pub fn encode(c: &Change, out: &mut Vec<u8>) {
     }
 }
 
+/// The u64 fields that follow a record's tag, or `None` for an unknown tag.
+fn fields(tag: u8) -> Option<usize> {
+    match tag {
+        1 | 2 => Some(1),
+        3 => Some(2),
+        4 | 5 => Some(4),
+        6 | 7 => Some(3),
+        _ => None,
+    }
+}
+
 /// Decode a payload. An error names the byte where decoding stopped.
 pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Change>, String> {
     let mut out = Vec::new();
     let total = b.len();
     while let Some((&tag, rest)) = b.split_first() {
-        let n = match tag {
-            1 | 2 => 1,
-            3 => 2,
-            4 | 5 => 4,
-            6 | 7 => 3,
-            _ => return Err(format!("unknown record tag {tag} at byte {}", total - b.len())),
+        let Some(n) = fields(tag) else {
+            return Err(format!("unknown record tag {tag} at byte {}", total - b.len()));
         };
         if rest.len() < n * 8 {
             return Err(format!("record cut short at byte {}", total - b.len()));
@@ -99,12 +106,7 @@ pub fn chunks(payload: &[u8], block_size: usize, log_blocks: u64) -> Vec<&[u8]> 
         // Walk records up to the capacity.
         let mut at = 0;
         while at < rest.len() {
-            let n = 1 + match rest[at] {
-                1 | 2 => 8,
-                3 => 16,
-                4 | 5 => 32,
-                _ => 24,
-            };
+            let n = 1 + 8 * fields(rest[at]).expect("a payload this crate encoded");
             if at + n > cap {
                 break;
             }

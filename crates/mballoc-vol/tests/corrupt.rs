@@ -6,34 +6,11 @@
 //!
 //! Size knob: `MBALLOC_CORRUPT_CASES` (default 300 per image).
 
-use mballoc_vol::{check, Device, FormatOptions, MemDevice, MountOptions, Repair, VolError, Volume};
+use mballoc_vol::crash::RecordingDevice;
+use mballoc_vol::{check, FormatOptions, MemDevice, MountOptions, Repair, VolError, Volume};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Counts writes to a memory device.
-struct Watched {
-    inner: MemDevice,
-    writes: AtomicU64,
-}
-
-impl Device for Watched {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.write_at(offset, buf)
-    }
-    fn flush(&self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 fn opts() -> FormatOptions {
     FormatOptions {
@@ -74,10 +51,10 @@ fn image(clean: bool) -> (Vec<u8>, u64) {
 }
 
 fn mount_checks_clean(bytes: Vec<u8>, what: &str) {
-    let dev = Arc::new(Watched { inner: MemDevice::from_bytes(bytes), writes: AtomicU64::new(0) });
+    let dev = Arc::new(RecordingDevice::new(bytes));
     match Volume::open(dev.clone(), MountOptions::default()) {
         Err(e) => {
-            assert_eq!(dev.writes.load(Ordering::Relaxed), 0, "{what}: a failed mount ({e}) wrote");
+            assert_eq!(dev.events(), 0, "{what}: a failed mount ({e}) wrote or flushed");
             // Check reports without panicking; repair leaves a volume
             // that mounts and checks clean, or fails with an error.
             let _ = check(&*dev, Repair::No);

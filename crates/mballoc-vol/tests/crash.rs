@@ -274,3 +274,25 @@ fn preallocations_are_never_persisted() {
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
     let _ = dev.len();
 }
+
+#[test]
+fn direct_reads_see_buffered_data_up_to_the_end_of_file() {
+    let dev = Arc::new(MemDevice::new(DEV_BYTES));
+    Volume::format(dev.clone(), &format_opts()).unwrap();
+    let vol = Volume::open(dev, mount_opts(4096)).unwrap();
+    let f = vol.create().unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let data = fill(&mut rng, 10_000);
+    vol.write(f, 0, &data).unwrap();
+    vol.punch_hole(f, 3072, 2048).unwrap();
+    let mut want = data.clone();
+    want[3072..5120].fill(0);
+    // Dirty data is written back first; the read stops at the size.
+    let mut buf = vec![0xEEu8; 12 * 1024];
+    assert_eq!(vol.read_direct(f, 0, &mut buf).unwrap(), 10_000);
+    assert_eq!(&buf[..10_000], &want[..]);
+    let mut tail = vec![0u8; 2048];
+    assert_eq!(vol.read_direct(f, 8192, &mut tail).unwrap(), 10_000 - 8192);
+    assert_eq!(&tail[..10_000 - 8192], &want[8192..]);
+    assert!(vol.read_direct(f, 100, &mut tail).is_err(), "unaligned offset");
+}
