@@ -30,6 +30,20 @@ struct FreeRec {
     tid: u64,
 }
 
+/// What a commit does when it finds another commit running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenBusy {
+    /// Wait for it, then commit: for callers that need their own changes
+    /// committed (fsync, sync, unmount).
+    Wait,
+    /// Do nothing: for the commit timer, whose frees the running commit or
+    /// the next one releases just the same. Waiting would put the writer
+    /// that crossed the interval to sleep behind a committer that may have
+    /// been preempted, which with many more threads than CPUs happened on
+    /// nearly every timer commit of the in-memory engine.
+    Skip,
+}
+
 /// Counters of the transaction machinery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JournalStats {
@@ -139,16 +153,28 @@ impl Journal {
     /// Commit the running transaction: every free it (or an earlier one)
     /// recorded goes back to the allocator. Returns the blocks released.
     pub fn commit(&self, alloc: &Allocator) -> u64 {
-        self.commit_durable(alloc, || true).unwrap_or(0)
+        self.commit_durable(alloc, WhenBusy::Wait, || true).unwrap_or(0)
     }
 
     /// Commit once `make_durable` has made the transaction's metadata
     /// durable: the frees are taken first, so any change recorded before a
     /// free that this commit releases is covered by `make_durable`. When it
     /// fails, the frees stay pending and `None` is returned. Commits are
-    /// serialized.
-    pub fn commit_durable(&self, alloc: &Allocator, make_durable: impl FnOnce() -> bool) -> Option<u64> {
-        let mut stats = self.commit.lock();
+    /// serialized; with [`WhenBusy::Skip`] a commit that finds another
+    /// running does nothing and returns `Some(0)`.
+    pub fn commit_durable(
+        &self,
+        alloc: &Allocator,
+        when_busy: WhenBusy,
+        make_durable: impl FnOnce() -> bool,
+    ) -> Option<u64> {
+        let mut stats = match when_busy {
+            WhenBusy::Wait => self.commit.lock(),
+            WhenBusy::Skip => match self.commit.try_lock() {
+                Some(stats) => stats,
+                None => return Some(0),
+            },
+        };
         let tid = self.running.fetch_add(1, Ordering::AcqRel);
         // A free recorded after this load carries a tid this commit covers,
         // but a later commit releases it just the same.
@@ -193,6 +219,22 @@ impl Journal {
 mod tests {
     use super::*;
     use mballoc::Geometry;
+
+    #[test]
+    fn a_skipping_commit_leaves_a_running_one_alone() {
+        let alloc = Allocator::new(Geometry::with_group_size(4096, 1024, 4096).unwrap()).unwrap();
+        alloc.claim(100, 10).unwrap();
+        let j = Journal::default();
+        j.defer_free(100, 10, 0).unwrap();
+        {
+            let _running = j.commit.lock();
+            assert_eq!(j.commit_durable(&alloc, WhenBusy::Skip, || panic!("a skipped commit logs nothing")), Some(0));
+            assert_eq!(j.pending_blocks(), 10);
+            assert!(alloc.is_used(100));
+        }
+        assert_eq!(j.commit_durable(&alloc, WhenBusy::Skip, || true), Some(10));
+        assert!(!alloc.is_used(100));
+    }
 
     #[test]
     fn neighbours_merge_and_commit_releases() {

@@ -21,6 +21,9 @@ pub struct RunStats {
     pub bytes: u64,
     /// Files created.
     pub creates: u64,
+    /// CPU time each stream's thread ran, in nanoseconds (empty when the
+    /// streams share a thread or the system does not say).
+    pub cpu_ns: Vec<u64>,
 }
 
 impl RunStats {
@@ -50,6 +53,27 @@ impl RunStats {
             min as f64 / max as f64
         }
     }
+
+    /// Slowest stream's data ops per CPU-second over the fastest's: how
+    /// evenly the target serves its callers, apart from how evenly the
+    /// scheduler shares the CPUs among them (which [`RunStats::fairness`]
+    /// includes). `None` without per-thread CPU times.
+    pub fn cpu_fairness(&self) -> Option<f64> {
+        if self.cpu_ns.len() != self.data_ops.len() || self.cpu_ns.contains(&0) {
+            return None;
+        }
+        let rates: Vec<f64> = self.data_ops.iter().zip(&self.cpu_ns).map(|(&n, &c)| n as f64 / c as f64).collect();
+        let max = rates.iter().copied().fold(0.0, f64::max);
+        let min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+        (max > 0.0).then(|| min / max)
+    }
+}
+
+/// CPU time the calling thread has run, in nanoseconds (Linux's
+/// schedstat); `None` where the system does not say.
+pub fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// A failed run: which operation, and why.
@@ -80,6 +104,8 @@ struct Counter {
     data: AtomicU64,
     bytes: AtomicU64,
     creates: AtomicU64,
+    /// The thread's CPU time when it stopped (0: not known).
+    cpu_ns: AtomicU64,
 }
 
 impl Counter {
@@ -116,9 +142,10 @@ pub fn run(
         stop.store(true, Ordering::Relaxed);
     };
     let workers = match interleave {
-        Interleave::Threads => streams.len(),
+        Interleave::Threads | Interleave::PinnedThreads => streams.len(),
         Interleave::InTurn => 1,
     };
+    let cpus = binding(interleave);
     let ready = Barrier::new(workers + 1);
     // The run's start, set just before the threads are released, and the
     // latest moment a thread ran out of operations.
@@ -131,10 +158,12 @@ pub fn run(
     let (elapsed, snapshot) = std::thread::scope(|s| {
         let mut handles = Vec::new();
         match interleave {
-            Interleave::Threads => {
+            Interleave::Threads | Interleave::PinnedThreads => {
                 for (i, spec) in streams.iter().enumerate() {
                     let (counters, stop, ready, fail, end) = (&counters, &stop, &ready, &fail, &end);
+                    let cpus = &cpus;
                     handles.push(s.spawn(move || {
+                        bind_worker(cpus, i);
                         ready.wait();
                         for op in spec.ops() {
                             if stop.load(Ordering::Relaxed) {
@@ -146,6 +175,10 @@ pub fn run(
                             }
                             counters[i].count(&op);
                         }
+                        // Read as the thread stops: after the deadline a
+                        // thread sees `stop` at its next operation, so the
+                        // CPU time past the count is at most one operation.
+                        counters[i].cpu_ns.store(thread_cpu_ns().unwrap_or(0), Ordering::Relaxed);
                         end();
                     }));
                 }
@@ -210,7 +243,74 @@ pub fn run(
         data_ops,
         bytes: counters.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum(),
         creates: counters.iter().map(|c| c.creates.load(Ordering::Relaxed)).sum(),
+        cpu_ns: match interleave {
+            Interleave::InTurn => Vec::new(),
+            Interleave::Threads | Interleave::PinnedThreads => {
+                counters.iter().map(|c| c.cpu_ns.load(Ordering::Relaxed)).collect()
+            }
+        },
     })
+}
+
+/// The scheduler's own fairness: `workers` threads placed as `interleave`
+/// places them, each spinning on a fixed unit of work until `limit`; a
+/// unit counts as one data operation. No target is involved, so the
+/// spread of the counts is the scheduler's.
+pub fn spin_control(workers: usize, interleave: Interleave, limit: Duration) -> RunStats {
+    let cpus = binding(interleave);
+    let stop = AtomicBool::new(false);
+    let ready = Barrier::new(workers + 1);
+    let results: Vec<(u64, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|i| {
+                let (stop, ready) = (&stop, &ready);
+                let cpus = &cpus;
+                s.spawn(move || {
+                    bind_worker(cpus, i);
+                    ready.wait();
+                    let (mut units, mut x) = (0u64, i as u64 + 1);
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..256 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407),
+                            );
+                        }
+                        units += 1;
+                    }
+                    (units, thread_cpu_ns().unwrap_or(0))
+                })
+            })
+            .collect();
+        ready.wait();
+        std::thread::sleep(limit);
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().expect("a spinning thread panicked")).collect()
+    });
+    RunStats {
+        elapsed: limit,
+        data_ops: results.iter().map(|r| r.0).collect(),
+        bytes: 0,
+        creates: 0,
+        cpu_ns: results.iter().map(|r| r.1).collect(),
+    }
+}
+
+/// The CPUs workers are bound to under `interleave`, in turn (empty: not
+/// bound). Binding is best effort: a CPU set that cannot be read leaves
+/// the workers where the scheduler puts them.
+fn binding(interleave: Interleave) -> Vec<usize> {
+    match interleave {
+        Interleave::PinnedThreads => crate::sys::allowed_cpus().unwrap_or_default(),
+        Interleave::Threads | Interleave::InTurn => Vec::new(),
+    }
+}
+
+/// Bind the calling thread, worker `i`, to its CPU of `cpus`; a refusal
+/// leaves it unbound, as [`binding`] says.
+fn bind_worker(cpus: &[usize], i: usize) {
+    if !cpus.is_empty() {
+        let _ = crate::sys::bind_current_thread(cpus[i % cpus.len()]);
+    }
 }
 
 /// Apply operations one by one from this thread (set-up phases).

@@ -1,5 +1,6 @@
 //! The system calls the kernel backends need and std does not offer:
-//! `fallocate` with a mode, the FIEMAP and GETFSMAP ioctls, `statvfs`.
+//! `fallocate` with a mode, the FIEMAP and GETFSMAP ioctls, `statvfs`, and
+//! the CPU affinity calls the runner binds workers with.
 //! Every `unsafe` block of the crate is here.
 
 use std::fs::File;
@@ -230,4 +231,37 @@ pub fn statvfs(file: &File) -> io::Result<(u64, u64)> {
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// The CPUs this process may run on, ascending.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed; pid
+    // 0 is the calling thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let bits = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET only reads `set`, for CPU numbers below its size.
+    Ok((0..bits).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Bind the calling thread to `cpu`.
+pub fn bind_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("no CPU {cpu} in a cpu_set_t")));
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set, a valid value.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` was checked against the set's size above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the
+    // calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -234,9 +234,15 @@ fn one_u32() -> u32 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Interleave {
-    /// One thread per clone (fio's `-thread`, will-it-scale's tasks).
+    /// One thread per clone (fio's `-thread`), placed by the scheduler.
     #[default]
     Threads,
+    /// One thread per clone, thread `i` bound to the `i mod n`-th of the
+    /// `n` CPUs the process may use: will-it-scale's default binding, which
+    /// gives every CPU the same number of workers. Unbound, the scheduler's
+    /// run queues can stay unequal for seconds, and per-worker rates then
+    /// measure the queue a worker landed on.
+    PinnedThreads,
     /// One thread, one operation of each clone in turn: the strictest
     /// interleaving, and deterministic.
     InTurn,
@@ -445,6 +451,7 @@ impl Trace {
         writeln!(out, "block-size {}", self.block_size)?;
         let il = match self.interleave {
             Interleave::Threads => "threads",
+            Interleave::PinnedThreads => "pinned-threads",
             Interleave::InTurn => "in-turn",
         };
         writeln!(out, "interleave {il}")?;
@@ -492,6 +499,7 @@ impl Trace {
                 "interleave" => {
                     t.interleave = match w.next() {
                         Some("threads") => Interleave::Threads,
+                        Some("pinned-threads") => Interleave::PinnedThreads,
                         Some("in-turn") => Interleave::InTurn,
                         other => return Err(err(n, format!("unknown interleave {other:?}"))),
                     }
@@ -599,6 +607,14 @@ mod tests {
         let back = Trace::parse(std::str::from_utf8(&text).unwrap()).unwrap();
         assert_eq!(back, t);
         assert!(Trace::from_workload(&w, 10).is_err());
+        for il in ["threads", "pinned-threads"] {
+            let w = Workload::from_toml(&APPENDERS.replace("in-turn", il)).unwrap();
+            let t = Trace::from_workload(&w, 1000).unwrap();
+            let mut text = Vec::new();
+            t.write(&mut text).unwrap();
+            let back = Trace::parse(std::str::from_utf8(&text).unwrap()).unwrap();
+            assert_eq!((back.interleave, &back), (w.interleave, &t));
+        }
     }
 
     #[test]

@@ -161,3 +161,47 @@ fn scenarios_start_from_an_ext4_image() {
     // A file that is not an ext4 image is refused up front.
     assert!(scenarios::StartImage::open(std::path::Path::new("/dev/null")).is_err());
 }
+
+#[test]
+fn threads_report_their_cpu_time_and_pinned_threads_run() {
+    use mballoc_lab::workload::Interleave;
+    for interleave in [Interleave::Threads, Interleave::PinnedThreads] {
+        let mut w = scenarios::fallocate2::workload(4, 0.05, 64 << 20);
+        w.interleave = interleave;
+        let t = scenarios::engine(&w, mballoc_lab::backend::WriteMode::Delalloc, |_| {}).unwrap();
+        let r = runner::run(
+            &t,
+            &w.streams(),
+            w.interleave,
+            Some(std::time::Duration::from_millis(50)),
+            &indicatif::ProgressBar::hidden(),
+        )
+        .unwrap();
+        assert_eq!(r.data_ops.len(), 4);
+        assert!(r.total_data_ops() > 0, "{interleave:?}");
+        if runner::thread_cpu_ns().is_some() {
+            assert_eq!(r.cpu_ns.len(), 4);
+            let f = r.cpu_fairness().expect("every thread ran");
+            assert!(f > 0.0 && f <= 1.0, "{interleave:?}: {f}");
+        }
+    }
+    // The scheduler control counts work in every thread it starts.
+    let c = runner::spin_control(3, Interleave::PinnedThreads, std::time::Duration::from_millis(30));
+    assert_eq!(c.data_ops.len(), 3);
+    assert!(c.total_data_ops() > 0);
+}
+
+#[test]
+fn cpu_fairness_compares_rates_per_cpu_second() {
+    let r = runner::RunStats {
+        elapsed: std::time::Duration::from_secs(1),
+        data_ops: vec![100, 400],
+        bytes: 0,
+        creates: 0,
+        cpu_ns: vec![1_000, 2_000],
+    };
+    assert_eq!(r.fairness(), 0.25);
+    assert_eq!(r.cpu_fairness(), Some(0.5));
+    assert_eq!(runner::RunStats { cpu_ns: vec![], ..r.clone() }.cpu_fairness(), None);
+    assert_eq!(runner::RunStats { cpu_ns: vec![0, 5], ..r }.cpu_fairness(), None);
+}

@@ -57,7 +57,7 @@
 //!
 //! Buffered I/O goes through a cache of folios ([`cache`]) of one size per
 //! mount, 4 KiB to 2 MiB; writeback issues one device write per physically
-//! contiguous piece. [`Volume::write_direct`] and [`Volume::read_direct`]
+//! contiguous piece of up to 2 MiB (or one folio, if larger). [`Volume::write_direct`] and [`Volume::read_direct`]
 //! bypass the cache (`O_DIRECT`): aligned, allocated unwritten, written,
 //! then converted.
 

@@ -51,6 +51,10 @@ impl Default for MountOptions {
     }
 }
 
+/// The most one device write of file data carries, unless a folio is
+/// larger: like a block device's largest request.
+const MAX_DATA_WRITE: u64 = 2 << 20;
+
 /// Counters of the persistence path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VolumeStats {
@@ -239,6 +243,16 @@ impl Volume {
     /// and, read-write, write the replayed state home. A volume that fails
     /// a check is not written to.
     pub fn open(dev: Arc<dyn Device>, opts: MountOptions) -> Result<Volume> {
+        Self::open_with(dev, opts, |_| {})
+    }
+
+    /// [`Volume::open`] with the engine's allocation policy chosen by
+    /// `policy`: tunables, normalization, locality groups, stream goals,
+    /// concurrency and stream placement. Policy is a mount-time choice,
+    /// like ext4's mount options and sysfs knobs: nothing of it is
+    /// persisted, and what it may not change (the geometry, the dirty and
+    /// commit limits the volume runs the engine with) is kept.
+    pub fn open_with(dev: Arc<dyn Device>, opts: MountOptions, policy: impl FnOnce(&mut FsConfig)) -> Result<Volume> {
         let bs_ok = opts.folio_size.is_power_of_two() && opts.folio_size <= 2 << 20;
         let mut head = vec![0u8; SUPERBLOCK_BYTES];
         dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
@@ -252,7 +266,15 @@ impl Volume {
         let Scan { home, replayed, stale_groups, stale_counters, .. } =
             Home::read(&*dev, sb.clone(), ReadMode::Strict)?;
         let geo = sb.geometry();
+        let mut chosen = FsConfig::new(geo);
+        policy(&mut chosen);
         let mut cfg = FsConfig::new(geo);
+        cfg.tunables = chosen.tunables;
+        cfg.normalization = chosen.normalization;
+        cfg.locality_groups = chosen.locality_groups;
+        cfg.stream_goals = chosen.stream_goals;
+        cfg.concurrency = chosen.concurrency;
+        cfg.stream_placement = chosen.stream_placement;
         cfg.dirty_limit_blocks = u64::MAX;
         cfg.commit_interval_ops = opts.commit_interval_ops;
         let files: Vec<ImportedFile> = home
@@ -474,8 +496,9 @@ impl Volume {
     }
 
     /// Allocate the file's delayed blocks and write every dirty block to
-    /// the device, one device write per physically contiguous piece; then
-    /// record the blocks as written.
+    /// the device, one device write per physically contiguous piece of up
+    /// to [`MAX_DATA_WRITE`] bytes (or one folio, if larger); then record
+    /// the blocks as written.
     fn writeback_locked(&self, f: FileId, fc: &mut FileCache) -> Result<()> {
         if fc.dirty_blocks == 0 {
             return Ok(());
@@ -483,32 +506,43 @@ impl Volume {
         let (bs, fb) = (self.block_size(), self.folio_blocks());
         let runs = fc.dirty_runs(fb);
         self.fs.writeback(f)?;
+        // A device write covers at most MAX_DATA_WRITE bytes, or one folio
+        // where folios are larger: big enough that per-call costs vanish,
+        // small enough that a run spanning many small folios is gathered
+        // in a buffer that stays in cache (a run's worth of gather buffer,
+        // 128 MiB under the default dirty limit, cost more in page faults
+        // than the copy itself).
+        let max_blocks = (MAX_DATA_WRITE / bs).max(1);
         let mut scratch = Vec::new();
         for &(first, n) in &runs {
             for e in self.fs.lookup(f, first, first + n)? {
                 let (a, b) = (e.logical.max(first), e.logical_end().min(first + n));
-                let p = e.physical_of(a);
-                let (ia, ib) = (a / fb, (b - 1) / fb);
-                let bytes = if ia == ib {
-                    let folio = &fc.folios[&ia];
-                    &folio.data[((a - ia * fb) * bs) as usize..((b - ia * fb) * bs) as usize]
-                } else {
-                    scratch.clear();
-                    let mut l = a;
-                    while l < b {
-                        let idx = l / fb;
-                        let end = b.min((idx + 1) * fb);
-                        let folio = &fc.folios[&idx];
-                        scratch.extend_from_slice(
-                            &folio.data[((l - idx * fb) * bs) as usize..((end - idx * fb) * bs) as usize],
-                        );
-                        l = end;
-                    }
-                    &scratch[..]
-                };
-                self.dev.write_at(p * bs, bytes).map_err(|e| VolError::io(format!("writing block {p}"), e))?;
-                self.data_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                self.data_writes.fetch_add(1, Ordering::Relaxed);
+                let mut l = a;
+                while l < b {
+                    let end = b.min(if fb >= max_blocks { (l / fb + 1) * fb } else { l + max_blocks });
+                    let (ia, ib) = (l / fb, (end - 1) / fb);
+                    let bytes = if ia == ib {
+                        &fc.folios[&ia].data[((l - ia * fb) * bs) as usize..((end - ia * fb) * bs) as usize]
+                    } else {
+                        scratch.clear();
+                        let mut m = l;
+                        while m < end {
+                            let idx = m / fb;
+                            let stop = end.min((idx + 1) * fb);
+                            let folio = &fc.folios[&idx];
+                            scratch.extend_from_slice(
+                                &folio.data[((m - idx * fb) * bs) as usize..((stop - idx * fb) * bs) as usize],
+                            );
+                            m = stop;
+                        }
+                        &scratch[..]
+                    };
+                    let p = e.physical_of(l);
+                    self.dev.write_at(p * bs, bytes).map_err(|e| VolError::io(format!("writing block {p}"), e))?;
+                    self.data_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    self.data_writes.fetch_add(1, Ordering::Relaxed);
+                    l = end;
+                }
             }
         }
         self.log.data_written.store(true, Ordering::Release);

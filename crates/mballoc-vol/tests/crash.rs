@@ -296,3 +296,50 @@ fn direct_reads_see_buffered_data_up_to_the_end_of_file() {
     assert_eq!(&tail[..10_000 - 8192], &want[8192..]);
     assert!(vol.read_direct(f, 100, &mut tail).is_err(), "unaligned offset");
 }
+
+#[test]
+fn a_mount_policy_applies_and_leaves_the_geometry_alone() {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    Volume::format(dev.clone(), &format_opts()).unwrap();
+    let vol = Volume::open_with(dev.clone(), mount_opts(4096), |cfg| {
+        cfg.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off;
+        cfg.dirty_limit_blocks = 1;
+        cfg.geometry = mballoc::Geometry::new(4096, 1 << 30).unwrap();
+    })
+    .unwrap();
+    let cfg = vol.fs().config();
+    assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
+    assert_eq!(cfg.dirty_limit_blocks, u64::MAX, "the volume keeps its own dirty limit");
+    assert_eq!(cfg.geometry.total_blocks(), vol.fs().allocator().geometry().total_blocks());
+    let f = vol.create().unwrap();
+    vol.write(f, 0, &[7u8; 8192]).unwrap();
+    vol.fsync(f).unwrap();
+    drop(vol);
+    // Nothing of the policy was persisted: a plain mount has the default.
+    let vol = Volume::open(dev, mount_opts(4096)).unwrap();
+    assert_eq!(vol.fs().config().tunables.mb_optimize_scan, mballoc::Tunables::default().mb_optimize_scan);
+    let mut buf = [0u8; 8192];
+    assert_eq!(vol.read(f, 0, &mut buf).unwrap(), 8192);
+    assert!(buf.iter().all(|&b| b == 7));
+}
+
+#[test]
+fn long_runs_are_written_in_bounded_pieces_and_read_back() {
+    for folio in [4096u32, 64 << 10, 2 << 20] {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        Volume::format(dev.clone(), &format_opts()).unwrap();
+        let vol = Volume::open(dev.clone(), mount_opts(folio)).unwrap();
+        let f = vol.create().unwrap();
+        let data: Vec<u8> = (0..(5u32 << 20) + 12288).map(|i| (i % 251) as u8).collect();
+        vol.write(f, 4096, &data).unwrap();
+        vol.fsync(f).unwrap();
+        let s = vol.stats();
+        assert_eq!(s.data_bytes, data.len() as u64, "folio {folio}");
+        assert!(s.data_writes >= data.len().div_ceil(2 << 20) as u64, "folio {folio}: {s:?}");
+        drop(vol);
+        let vol = Volume::open(dev, mount_opts(folio)).unwrap();
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(vol.read(f, 4096, &mut back).unwrap(), data.len());
+        assert!(back == data, "folio {folio}: data differs after remount");
+    }
+}

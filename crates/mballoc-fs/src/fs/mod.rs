@@ -12,7 +12,7 @@ pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
 use crate::change_log::{Change, ChangeLog};
 use crate::error::{FsError, Result};
 use crate::extent_map::{ExtentMap, ExtentState, MappedExtent, MAX_UNWRITTEN_LEN};
-use crate::journal::{Journal, JournalStats};
+use crate::journal::{Journal, JournalStats, WhenBusy};
 use crate::normalize::{Normalization, MAX_LOGICAL_BLOCKS};
 use crate::percpu::{cpu_slot, FileTable, PerCpu};
 use crate::prealloc::{GroupPa, InodePas, LocalityGroup};
@@ -392,7 +392,16 @@ impl Fs {
         }
         let before = self.ops.fetch_add(batch, Ordering::Relaxed);
         if before / interval != (before + batch) / interval {
-            self.commit();
+            // In memory a commit is short, and a writer that waited for
+            // one would sleep behind a committer that may be preempted: it
+            // skips. With a log, a commit writes the journal, and waiting
+            // for it is the writers' back-pressure, as jbd2 holds new
+            // handles while a large transaction commits; skipping there
+            // left one writer doing every commit while the others piled up
+            // records for it. A failed log commit turns the log's owner
+            // read-only; the frees stay pending for a later commit.
+            let when_busy = if self.log.is_some() { WhenBusy::Wait } else { WhenBusy::Skip };
+            let _ = self.commit_when(when_busy);
         }
     }
 }
@@ -696,8 +705,12 @@ impl Fs {
     /// Commit, saying whether the attached log failed to make the
     /// transaction durable (the freed blocks then stay pending).
     pub fn try_commit(&self) -> Result<u64> {
+        self.commit_when(WhenBusy::Wait)
+    }
+
+    fn commit_when(&self, when_busy: WhenBusy) -> Result<u64> {
         let mut failure = None;
-        let released = self.journal.commit_durable(&self.alloc, || match &self.log {
+        let released = self.journal.commit_durable(&self.alloc, when_busy, || match &self.log {
             None => true,
             Some(log) => match log.commit() {
                 Ok(()) => true,

@@ -6,11 +6,11 @@
 //! optimize_scan, the default vs a tuned preallocation table, with and
 //! without Lustre's pass-skipping thresholds.
 
-use super::{engine, fill, kernel, layout_metrics, measure, punch_pattern, Env};
+use super::{engine, fill, kernel, layout_metrics, measure, persistent_engine, punch_pattern, Env};
 use crate::backend::{BackendKind, EngineTarget, Target, WriteMode};
 use crate::kernel::KernelFs;
 use crate::report::{col, Row, ScenarioReport};
-use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use crate::workload::{Interleave, Job, Op, OpKind, Size, Step, Workload};
 use mballoc::{BestAvailFloor, OptimizeScan, Tunables};
 use mballoc_fs::{FsConfig, Normalization, PreallocTable};
 
@@ -20,6 +20,9 @@ pub const ABOUT: &str =
 /// Periods of 100 blocks punched out of every 50, so that a full volume
 /// ends 78% used: 22 of 50 periods lose half their blocks.
 const PUNCHED_PERIODS: u64 = 22;
+
+/// The written file's slot; the aging file is slot 0.
+const DD_SLOT: u32 = 1;
 
 /// The aging file (slot 0) and the written file (slot 1).
 pub fn workload(volume: u64, write: u64) -> Workload {
@@ -62,6 +65,10 @@ pub fn age(t: &dyn Target, w: &Workload) -> Result<(), String> {
     Ok(())
 }
 
+/// The variants also run on a persistent volume: the kernel's rules, and
+/// the trim that removes their scanning.
+const ON_DEVICE: &[&str] = &["optimize_scan", "linear scan", "optimize_scan, trim to minimum"];
+
 struct Phase {
     mib_per_s: f64,
     row: Row,
@@ -89,6 +96,31 @@ fn used_pct(t: &dyn Target) -> Option<f64> {
     t.free_space().ok().map(|f| 100.0 * (1.0 - f.free_blocks as f64 / f.total_blocks as f64))
 }
 
+/// Times each phase is run (the written file removed and the removal
+/// synced between runs); the fastest run is kept. The first write on a
+/// virtual machine pays host faults for memory the guest has not touched
+/// yet, which would otherwise be charged to whichever phase comes first (a
+/// single fresh run measured 1–8× slower than the aged run after it, on
+/// the kernel as on the engine).
+const RUNS: usize = 3;
+
+/// The fastest of [`RUNS`] write phases on `t`.
+fn best_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Phase, String> {
+    let mut best: Option<Phase> = None;
+    for run in 0..RUNS {
+        if run > 0 {
+            let unlink = Op { kind: OpKind::Unlink, file: DD_SLOT, offset: 0, len: 0 };
+            t.apply(&unlink).map_err(|e| format!("{label}: removing the written file: {e}"))?;
+            t.sync();
+        }
+        let p = write_phase(env, t, w, &format!("{label} ({}/{RUNS})", run + 1))?;
+        if best.as_ref().map_or(true, |b| p.mib_per_s > b.mib_per_s) {
+            best = Some(p);
+        }
+    }
+    Ok(best.expect("at least one run"))
+}
+
 /// Fresh then aged, each on a new volume made by `make` for a workload.
 /// Started from an image, the fresh volume is an empty one of the image's
 /// size and the aged one is the image.
@@ -101,12 +133,12 @@ fn pair<T: Target>(
 ) -> Result<Row, String> {
     let empty = Workload { image: None, ..w.clone() };
     let fresh = make(&empty)?;
-    let f = write_phase(env, &fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
+    let f = best_phase(env, &fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
     drop(fresh);
     let aged = make(w)?;
     age(&aged, w)?;
     let used = used_pct(&aged);
-    let a = write_phase(env, &aged, w, &format!("aged {backend} {variant}: aged write"))?;
+    let a = best_phase(env, &aged, w, &format!("aged {backend} {variant}: aged write"))?;
     let mut row = a.row;
     row.backend = backend.into();
     row.variant = variant.into();
@@ -114,6 +146,7 @@ fn pair<T: Target>(
     row.set("fresh_mib_per_s", (f.mib_per_s * 10.0).round() / 10.0);
     row.set("aged_mib_per_s", (a.mib_per_s * 10.0).round() / 10.0);
     row.set("aged_vs_fresh", (a.mib_per_s / f.mib_per_s * 1000.0).round() / 1000.0);
+    row.set("runs", RUNS as u64);
     Ok(row)
 }
 
@@ -211,6 +244,21 @@ pub fn run(env: &Env) -> ScenarioReport {
                 Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
             }
         }
+        // The same write on a volume that carries the data: the folio
+        // cache, writeback to the device file and the journal, as a kernel
+        // file system pays them. These are the rows to set beside the
+        // kernel's fresh/aged ratio.
+        if w.image.is_some() {
+            rep.notes.push("engine on a device: skipped, a persistent volume starts empty, not from an image".into());
+        } else {
+            for (variant, tweak) in variants.iter().filter(|(v, _)| ON_DEVICE.contains(v)) {
+                let name = format!("{variant}, on a device");
+                match pair(env, &w, "engine", &name, |v| persistent_engine(v, |c| tweak(c))) {
+                    Ok(r) => rep.rows.push(r),
+                    Err(e) => rep.notes.push(format!("engine {name}: {e}")),
+                }
+            }
+        }
     }
     for k in env.kernels() {
         let variants: &[(&str, &str)] = match k {
@@ -230,6 +278,9 @@ pub fn run(env: &Env) -> ScenarioReport {
             }
         }
     }
+    rep.notes.push(format!(
+        "each phase runs {RUNS} times (the file removed between runs) and the fastest counts; rows not \"on a device\" move no data, so their ratio is of allocation work alone"
+    ));
     rep.notes.push("thresholds: Lustre's mb_c1/c2/c3_threshold at 25/15/5% free (seed 003's 75/85/95% full)".into());
     rep
 }

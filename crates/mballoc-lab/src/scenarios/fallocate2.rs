@@ -39,6 +39,9 @@ fn row(backend: &str, variant: &str, workers: u32, r: &crate::runner::RunStats) 
         .set("ops_per_s", r.ops_per_s().round())
         .set("per_worker_ops_per_s", (r.ops_per_s() / f64::from(workers)).round())
         .set("min_max", (r.fairness() * 100.0).round() / 100.0);
+    if let Some(f) = r.cpu_fairness() {
+        row.set("cpu_min_max", (f * 100.0).round() / 100.0);
+    }
     row
 }
 
@@ -52,10 +55,27 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
     let mut rep = ScenarioReport::new(
         "fallocate2",
         &format!("seed 000: each worker appends 8 KiB with fallocate to 1 MiB, truncates, repeats; {} GiB volume, {secs} s per row; one op = one fallocate", volume >> 30),
-        vec![col("workers", "workers", 0), col("ops_per_s", "total ops/s", 0), col("per_worker_ops_per_s", "per worker", 0), col("min_max", "min/max", 2)],
+        vec![
+            col("workers", "workers", 0),
+            col("ops_per_s", "total ops/s", 0),
+            col("per_worker_ops_per_s", "per worker", 0),
+            col("min_max", "min/max", 2),
+            col("cpu_min_max", "min/max per CPU-s", 2),
+        ],
     );
     for &n in workers {
         let w = env.workload(workload(n, secs, volume));
+        // What the scheduler alone gives: identical busy threads bound the
+        // same way, for as long. Their min/max is the most any target's
+        // per-worker rates can show here.
+        if n > 1 {
+            let r = crate::runner::spin_control(n as usize, w.interleave, std::time::Duration::from_secs_f64(secs));
+            rep.notes.push(format!(
+                "scheduler control, {n} spinning threads for {secs} s: min/max {:.2}, per CPU-s {}",
+                r.fairness(),
+                r.cpu_fairness().map_or("n/a".into(), |f| format!("{f:.2}"))
+            ));
+        }
         if env.wants(BackendKind::Engine) {
             for (variant, c, p) in [
                 ("scalable", Concurrency::Scalable, StreamPlacement::PerFile),
@@ -80,7 +100,7 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
             // The same with the volume on a device: every truncate's frees
             // and every fallocate's extents go through the journal.
             let variant = "scalable+journal";
-            match persistent_engine(&w) {
+            match persistent_engine(&w, |cfg| cfg.tunables.mb_stats = false) {
                 Ok(t) => match measure(env, &t, &w, None, &format!("fallocate2 engine {variant} x{n}")) {
                     Ok(r) => rep.rows.push(row("engine", variant, n, &r)),
                     Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),

@@ -88,7 +88,7 @@ pub fn run(env: &Env) -> ScenarioReport {
                 Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
             }
         }
-        match persistent_engine(&w) {
+        match persistent_engine(&w, |_| {}) {
             Ok(t) => observe(env, &t, &w, "engine", "journal", &mut rep),
             Err(e) => rep.notes.push(format!("engine journal: {e}")),
         }

@@ -64,7 +64,7 @@ fn engine_row(folio: u32, mode: Mode, bs: u64, bytes: u64) -> Result<Duration, S
         dirty_bytes: if mode == Mode::Cache { bytes * 2 } else { 64 << 20 },
         ..MountOptions::default()
     };
-    let (vol, _file) = persistent_volume(bytes * 2 + (256 << 20), BLOCK, opts)?;
+    let (vol, _file) = persistent_volume(bytes * 2 + (256 << 20), BLOCK, opts, |_| {})?;
     let f = vol.create().map_err(|e| e.to_string())?;
     let data = vec![0x5Au8; bs as usize];
     let t0 = Instant::now();

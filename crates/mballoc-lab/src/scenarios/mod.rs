@@ -177,32 +177,47 @@ pub fn engine_with_files(
 }
 
 /// A fresh persistent volume file of `bytes` bytes in /dev/shm (or the
-/// temporary directory), formatted with `block_size`, mounted with `opts`.
+/// temporary directory), formatted with `block_size`, mounted with `opts`
+/// and the allocation policy `policy` chooses.
 pub fn persistent_volume(
     bytes: u64,
     block_size: u32,
     opts: mballoc_vol::MountOptions,
+    policy: impl FnOnce(&mut FsConfig),
 ) -> Result<(mballoc_vol::Volume, crate::backend::VolumeFile), String> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    let path = dir.join(format!("mballoc-lab-vol-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let path =
+        volume_dir().join(format!("mballoc-lab-vol-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     let file = crate::backend::VolumeFile(path.clone());
     let dev = mballoc_vol::FileDevice::create(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let dev: std::sync::Arc<dyn mballoc_vol::Device> = std::sync::Arc::new(dev);
     let fo = mballoc_vol::FormatOptions { block_size, ..Default::default() };
     mballoc_vol::Volume::format(dev.clone(), &fo).map_err(|e| e.to_string())?;
-    let vol = mballoc_vol::Volume::open(dev, opts).map_err(|e| e.to_string())?;
+    let vol = mballoc_vol::Volume::open_with(dev, opts, policy).map_err(|e| e.to_string())?;
     Ok((vol, file))
 }
 
-/// A persistent engine for workload `w` (an empty volume of its shape):
-/// writes carry data, fsync commits the journal.
-pub fn persistent_engine(w: &Workload) -> Result<EngineTarget, String> {
+/// Where the lab keeps volume files: /dev/shm, or the temporary directory.
+fn volume_dir() -> PathBuf {
+    if Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// A persistent engine for workload `w` (an empty volume of its shape),
+/// configured by `tweak`: writes carry data, fsync commits the journal.
+pub fn persistent_engine(w: &Workload, tweak: impl FnOnce(&mut FsConfig)) -> Result<EngineTarget, String> {
     if w.image.is_some() {
         return Err("a persistent volume starts empty, not from an ext4 image".into());
     }
-    let (vol, file) = persistent_volume(w.volume.0, w.block_size, mballoc_vol::MountOptions::default())?;
+    let policy = |cfg: &mut FsConfig| {
+        cfg.tunables.mb_stats = true;
+        tweak(cfg);
+    };
+    let (vol, file) = persistent_volume(w.volume.0, w.block_size, mballoc_vol::MountOptions::default(), policy)?;
     Ok(EngineTarget::persistent(vol, file, w.file_names()))
 }
 
