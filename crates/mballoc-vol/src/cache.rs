@@ -81,6 +81,15 @@ impl FileCache {
         runs
     }
 
+    /// The cached bytes of logical blocks `[first, end)`, which lie in one
+    /// folio of `blocks_per_folio` blocks of `block_size` bytes.
+    pub fn blocks(&self, first: u64, end: u64, blocks_per_folio: u64, block_size: u64) -> &[u8] {
+        let idx = first / blocks_per_folio;
+        assert!(first < end && (end - 1) / blocks_per_folio == idx, "blocks [{first}, {end}) span folios");
+        let base = idx * blocks_per_folio;
+        &self.folios[&idx].data[((first - base) * block_size) as usize..((end - base) * block_size) as usize]
+    }
+
     /// Drop every clean folio; returns the bytes dropped.
     pub fn drop_clean(&mut self) -> u64 {
         let before = self.folios.len();

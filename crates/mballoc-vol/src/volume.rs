@@ -520,19 +520,14 @@ impl Volume {
                 let mut l = a;
                 while l < b {
                     let end = b.min(if fb >= max_blocks { (l / fb + 1) * fb } else { l + max_blocks });
-                    let (ia, ib) = (l / fb, (end - 1) / fb);
-                    let bytes = if ia == ib {
-                        &fc.folios[&ia].data[((l - ia * fb) * bs) as usize..((end - ia * fb) * bs) as usize]
+                    let bytes = if l / fb == (end - 1) / fb {
+                        fc.blocks(l, end, fb, bs)
                     } else {
                         scratch.clear();
                         let mut m = l;
                         while m < end {
-                            let idx = m / fb;
-                            let stop = end.min((idx + 1) * fb);
-                            let folio = &fc.folios[&idx];
-                            scratch.extend_from_slice(
-                                &folio.data[((m - idx * fb) * bs) as usize..((stop - idx * fb) * bs) as usize],
-                            );
+                            let stop = end.min((m / fb + 1) * fb);
+                            scratch.extend_from_slice(fc.blocks(m, stop, fb, bs));
                             m = stop;
                         }
                         &scratch[..]

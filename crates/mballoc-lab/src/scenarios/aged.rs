@@ -6,7 +6,7 @@
 //! optimize_scan, the default vs a tuned preallocation table, with and
 //! without Lustre's pass-skipping thresholds.
 
-use super::{engine, fill, kernel, layout_metrics, measure, persistent_engine, punch_pattern, Env};
+use super::{engine, fill_and_punch, kernel, layout_metrics, measure, persistent_engine, Env};
 use crate::backend::{BackendKind, EngineTarget, Target, WriteMode};
 use crate::kernel::KernelFs;
 use crate::report::{col, Row, ScenarioReport};
@@ -55,14 +55,8 @@ pub fn workload(volume: u64, write: u64) -> Workload {
 /// Age the volume of workload `w` through slot 0. A volume started from
 /// an image is already aged: the image is the aged volume.
 pub fn age(t: &dyn Target, w: &Workload) -> Result<(), String> {
-    if w.image.is_some() {
-        return Ok(());
-    }
     let block = u64::from(w.block_size);
-    let size = fill(t, 0, block)?;
-    punch_pattern(t, 0, size, 100 * block, 50 * block, 50 * block, |i| i % 50 < PUNCHED_PERIODS)?;
-    t.sync();
-    Ok(())
+    fill_and_punch(t, w, 100 * block, 50 * block, 50 * block, |i| i % 50 < PUNCHED_PERIODS)
 }
 
 /// The variants also run on a persistent volume: the kernel's rules, and

@@ -144,6 +144,15 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
     ALL.iter().find(|s| s.name == name)
 }
 
+/// The lab's engine configuration: statistics on (the scenarios read
+/// mb_stats and the scan counters), then `tweak`.
+fn with_stats(tweak: impl FnOnce(&mut FsConfig)) -> impl FnOnce(&mut FsConfig) {
+    |cfg: &mut FsConfig| {
+        cfg.tunables.mb_stats = true;
+        tweak(cfg);
+    }
+}
+
 /// An engine volume for workload `w`, configured by `tweak`.
 pub fn engine(w: &Workload, write_mode: WriteMode, tweak: impl FnOnce(&mut FsConfig)) -> Result<EngineTarget, String> {
     engine_with_files(w, w.file_names(), write_mode, tweak)
@@ -157,10 +166,7 @@ pub fn engine_with_files(
     write_mode: WriteMode,
     tweak: impl FnOnce(&mut FsConfig),
 ) -> Result<EngineTarget, String> {
-    let configure = |cfg: &mut FsConfig| {
-        cfg.tunables.mb_stats = true;
-        tweak(cfg);
-    };
+    let configure = with_stats(tweak);
     let fs = match &w.image {
         Some(path) => {
             let vol = open_image(path)?;
@@ -213,11 +219,8 @@ pub fn persistent_engine(w: &Workload, tweak: impl FnOnce(&mut FsConfig)) -> Res
     if w.image.is_some() {
         return Err("a persistent volume starts empty, not from an ext4 image".into());
     }
-    let policy = |cfg: &mut FsConfig| {
-        cfg.tunables.mb_stats = true;
-        tweak(cfg);
-    };
-    let (vol, file) = persistent_volume(w.volume.0, w.block_size, mballoc_vol::MountOptions::default(), policy)?;
+    let (vol, file) =
+        persistent_volume(w.volume.0, w.block_size, mballoc_vol::MountOptions::default(), with_stats(tweak))?;
     Ok(EngineTarget::persistent(vol, file, w.file_names()))
 }
 
@@ -292,6 +295,27 @@ pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, String> {
         }
     }
     Ok(at)
+}
+
+/// Age the volume of workload `w` through file slot 0: fill it, punch
+/// `len` bytes every `period` bytes from `phase` where `keep(i)` says so
+/// (see [`punch_pattern`]), and sync. A volume started from an image is
+/// left as the image made it.
+pub fn fill_and_punch(
+    target: &dyn Target,
+    w: &Workload,
+    period: u64,
+    phase: u64,
+    len: u64,
+    keep: impl Fn(u64) -> bool,
+) -> Result<(), String> {
+    if w.image.is_some() {
+        return Ok(());
+    }
+    let size = fill(target, 0, u64::from(w.block_size))?;
+    punch_pattern(target, 0, size, period, phase, len, keep)?;
+    target.sync();
+    Ok(())
 }
 
 /// Punch `len` bytes every `period` bytes of `[0, size)` of file `slot`,

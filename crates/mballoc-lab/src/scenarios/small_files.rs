@@ -4,7 +4,7 @@
 //! with nodelalloc). Files/s, extents scanned and hits per pass, with and
 //! without CR_BEST_AVAIL_LEN (`mb_best_avail_max_trim_order` 3 vs 0).
 
-use super::{engine, fill, kernel, layout_metrics, measure, punch_pattern, Env};
+use super::{engine, fill_and_punch, kernel, layout_metrics, measure, Env};
 use crate::backend::{AllocCounters, BackendKind, Target, WriteMode};
 use crate::kernel::KernelFs;
 use crate::report::{col, Row, ScenarioReport};
@@ -45,14 +45,7 @@ pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
 /// 4 MiB of every 8. A volume started from an image is as fragmented as
 /// the image.
 pub fn fragment(t: &dyn Target, w: &Workload) -> Result<(), String> {
-    if w.image.is_some() {
-        return Ok(());
-    }
-    let block = u64::from(w.block_size);
-    let size = fill(t, 0, block)?;
-    punch_pattern(t, 0, size, 8 << 20, 0, 4 << 20, |_| true)?;
-    t.sync();
-    Ok(())
+    fill_and_punch(t, w, 8 << 20, 0, 4 << 20, |_| true)
 }
 
 fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str, rep: &mut ScenarioReport) {
