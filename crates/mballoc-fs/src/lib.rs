@@ -59,7 +59,10 @@
 //! Each file has a lock for its data (ext4's `i_data_sem`) and a separate
 //! one for its windows, each locality group a lock, pending frees a lock per
 //! shard of groups; the allocator below has a lock per group. A thread holds
-//! at most its own file's locks plus one leaf lock at a time. The file table
+//! at most its own file's locks plus one leaf lock at a time: a locality
+//! group is searched under its lock, and filled under it again after the
+//! allocator call, so a preempted allocation never holds up the threads
+//! sharing the group. The file table
 //! is split by inode number, and the space counters, statistics and the
 //! operation count per CPU (the kernel's percpu counters): a claim takes
 //! from the CPU's own pool and drains every pool under one lock only when

@@ -19,8 +19,9 @@
 //!   (mballoc-fs in this process) and by loop-mounted kernel file systems
 //!   driven with system calls ([`kernel`], [`sys`]). Both answer the same
 //!   questions after a run, so every metric is computed by the same code.
-//! * [`runner`]: one thread per stream (or all streams in turn), until the
-//!   streams end or a deadline; counters per stream, read at the deadline.
+//! * [`runner`]: one thread per stream (or all streams in turn), released
+//!   together, until the streams end or a deadline; counters per stream,
+//!   read at the deadline.
 //! * [`metrics`]: extents per file as filefrag counts them, e4defrag's
 //!   score, e2freefrag's histogram, Ceph's fragmentation score.
 //! * [`scenarios`]: the seeds' experiments; [`report`]: their renderings.

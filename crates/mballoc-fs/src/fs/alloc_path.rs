@@ -117,7 +117,11 @@ impl Fs {
         self.alloc.free_blocks() >= self.space.reserved() + u64::from(len)
     }
 
-    /// Small files: the CPU's locality group.
+    /// Small files: the CPU's locality group. Its lock covers the search
+    /// and the insertion, never the allocator call between them: a thread
+    /// preempted while holding it would put every other thread of its slot
+    /// to sleep behind it. Two threads that miss at once may both allocate a
+    /// window, as in the kernel; the trim returns the surplus.
     fn allocate_from_group(
         &self,
         len: u32,
@@ -126,8 +130,8 @@ impl Fs {
         normalize: Normalize,
     ) -> Option<(u64, u32)> {
         let lg = &self.lgs[cpu_slot() % self.lgs.len()];
-        let mut lg = lg.lock();
-        if let Some((start, trimmed)) = lg.take(len, goal) {
+        let hit = lg.lock().take(len, goal);
+        if let Some((start, trimmed)) = hit {
             self.pa_free.local().fetch_sub(i64::from(len), Ordering::AcqRel);
             inc(&self.counters.local().group_pa_hits, 1);
             self.give_back(trimmed.iter().map(GroupPa::run));
@@ -142,7 +146,7 @@ impl Fs {
         if surplus > 0 {
             self.prealloc(surplus.into());
             inc(&self.counters.local().group_pas_created, 1);
-            let trimmed = lg.add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
+            let trimmed = lg.lock().add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
             self.give_back(trimmed.iter().map(GroupPa::run));
         }
         Some((a.extent.start, got))
