@@ -33,12 +33,21 @@ impl Fs {
                     Some(x) => break x,
                     None => {
                         // The blocks were promised, so they exist: in
-                        // preallocations or in the running transaction.
-                        attempts += 1;
-                        assert!(attempts <= 16, "no blocks for a promised range at logical {l} of inode {}", ino.id);
+                        // preallocations, in the running transaction, or in
+                        // a window another thread is about to file.
                         inc(&self.counters.local().reclaims, 1);
                         self.discard_preallocations();
                         self.commit();
+                        if self.windows_in_flight() > 0 {
+                            std::thread::yield_now();
+                        } else {
+                            attempts += 1;
+                            assert!(
+                                attempts <= 16,
+                                "no blocks for a promised range at logical {l} of inode {}",
+                                ino.id
+                            );
+                        }
                     }
                 }
             };
@@ -111,6 +120,13 @@ impl Fs {
         self.alloc.allocate(&req).ok().map(|a| (a.extent.start, a.extent.len))
     }
 
+    /// Count a window in flight until the guard drops.
+    pub(super) fn window_in_flight(&self) -> super::WindowInFlight<'_> {
+        let slot = self.windows_in_flight.local();
+        slot.fetch_add(1, Ordering::AcqRel);
+        super::WindowInFlight(slot)
+    }
+
     /// Whether a window of `len` blocks may be taken now: a preallocation
     /// never eats into blocks promised to others.
     pub(super) fn may_preallocate(&self, len: u32) -> bool {
@@ -139,6 +155,7 @@ impl Fs {
         }
         let window = group_prealloc.max(len);
         let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
+        let _flight = (want > len).then(|| self.window_in_flight());
         inc(&self.counters.local().alloc_requests, 1);
         let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
         let got = a.extent.len.min(len);
@@ -179,6 +196,7 @@ impl Fs {
         let w = window(&self.cfg.normalization, wgeo, &shape, &nb);
         let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
         let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
+        let _flight = (wlen > own).then(|| self.window_in_flight());
         let mut req = AllocRequest::new(wlen).original_len(own);
         req = match w.merge_goal.filter(|_| wlen == w.len) {
             Some(m) => req.try_goal(m),

@@ -13,6 +13,10 @@ impl Fs {
     /// is inside the engine.
     pub fn check(&self) -> std::result::Result<(), String> {
         self.alloc.check_consistency()?;
+        let flying = self.windows_in_flight();
+        if flying != 0 {
+            return Err(format!("{flying} preallocation windows in flight with no thread inside the engine"));
+        }
         let total = self.alloc.geometry().total_blocks();
         let mut owned = vec![0u64; total.div_ceil(64) as usize];
         let mut count = 0u64;

@@ -209,6 +209,26 @@ pub struct Fs {
     metadata_blocks: u64,
     counters: PerCpu<Counters>,
     log: Option<Arc<dyn ChangeLog>>,
+    windows_in_flight: PerCpu<AtomicU64>,
+}
+
+/// A preallocation window on its way from the allocator to its pool,
+/// counted while it is visible to neither: a thread short of promised
+/// blocks waits for such windows to land before it counts a failed attempt
+/// (`map_range`). Dropping the guard ends the flight. Counted in the
+/// thread's own slot, which is read only on that rare path.
+struct WindowInFlight<'a>(&'a AtomicU64);
+
+impl Fs {
+    fn windows_in_flight(&self) -> u64 {
+        self.windows_in_flight.iter().map(|c| c.load(Ordering::Acquire)).sum()
+    }
+}
+
+impl Drop for WindowInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Whether requests may grow into preallocation windows.
@@ -263,6 +283,7 @@ impl Fs {
             ops: AtomicU64::new(0),
             local_ops: PerCpu::default(),
             counters: PerCpu::default(),
+            windows_in_flight: PerCpu::default(),
         })
     }
 
