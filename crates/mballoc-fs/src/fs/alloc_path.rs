@@ -121,10 +121,15 @@ impl Fs {
     }
 
     /// Count a window in flight until the guard drops.
-    pub(super) fn window_in_flight(&self) -> super::WindowInFlight<'_> {
+    pub(super) fn track_window(&self) -> super::WindowInFlight<'_> {
         let slot = self.windows_in_flight.local();
         slot.fetch_add(1, Ordering::AcqRel);
         super::WindowInFlight(slot)
+    }
+
+    /// Windows in flight over every slot (a snapshot).
+    pub(super) fn windows_in_flight(&self) -> u64 {
+        self.windows_in_flight.iter().map(|c| c.load(Ordering::Acquire)).sum()
     }
 
     /// Whether a window of `len` blocks may be taken now: a preallocation
@@ -155,7 +160,7 @@ impl Fs {
         }
         let window = group_prealloc.max(len);
         let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
-        let _flight = (want > len).then(|| self.window_in_flight());
+        let _flight = (want > len).then(|| self.track_window());
         inc(&self.counters.local().alloc_requests, 1);
         let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
         let got = a.extent.len.min(len);
@@ -196,7 +201,7 @@ impl Fs {
         let w = window(&self.cfg.normalization, wgeo, &shape, &nb);
         let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
         let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
-        let _flight = (wlen > own).then(|| self.window_in_flight());
+        let _flight = (wlen > own).then(|| self.track_window());
         let mut req = AllocRequest::new(wlen).original_len(own);
         req = match w.merge_goal.filter(|_| wlen == w.len) {
             Some(m) => req.try_goal(m),

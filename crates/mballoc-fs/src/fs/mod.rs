@@ -219,12 +219,6 @@ pub struct Fs {
 /// thread's own slot, which is read only on that rare path.
 struct WindowInFlight<'a>(&'a AtomicU64);
 
-impl Fs {
-    fn windows_in_flight(&self) -> u64 {
-        self.windows_in_flight.iter().map(|c| c.load(Ordering::Acquire)).sum()
-    }
-}
-
 impl Drop for WindowInFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);

@@ -87,7 +87,7 @@ impl Fs {
             .min(u64::from(geo.blocks_per_group()))
             .min(crate::normalize::MAX_LOGICAL_BLOCKS.saturating_sub(l).max(u64::from(len))) as u32;
         let want = if want > len && self.may_preallocate(want) { want } else { len };
-        let _flight = (want > len).then(|| self.window_in_flight());
+        let _flight = (want > len).then(|| self.track_window());
 
         let continuation =
             ino.map.left_of(l).and_then(|e| e.physical.checked_add(l - e.logical)).filter(|&g| g < geo.total_blocks());
