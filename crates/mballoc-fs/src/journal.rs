@@ -181,18 +181,16 @@ impl Journal {
         let mut ready: Vec<(u64, FreeRec)> = Vec::new();
         if self.pending.load(Ordering::Acquire) > 0 {
             for shard in &self.shards {
-                let mut tree = shard.lock();
-                if tree.is_empty() {
-                    continue;
-                }
-                let keys: Vec<u64> = tree.iter().filter(|(_, r)| r.tid <= tid).map(|(&s, _)| s).collect();
-                ready.extend(keys.into_iter().map(|s| (s, tree.remove(&s).expect("record"))));
+                // The shard's lock is held only for the swap: a free on the
+                // same shard never waits for this commit to walk the records.
+                let tree = std::mem::take(&mut *shard.lock());
+                let (now, later): (Vec<_>, Vec<_>) = tree.into_iter().partition(|(_, r)| r.tid <= tid);
+                ready.extend(now);
+                self.restore(later);
             }
         }
         if !make_durable() {
-            for (s, r) in ready {
-                self.shards[r.group as usize % self.shards.len()].lock().insert(s, r);
-            }
+            self.restore(ready);
             return None;
         }
         stats.commits += 1;
@@ -204,6 +202,15 @@ impl Journal {
         }
         stats.blocks_released += released;
         Some(released)
+    }
+
+    /// Put records taken out of their shards back, unmerged. They were
+    /// pending all along, so no free recorded meanwhile can overlap them.
+    fn restore(&self, records: Vec<(u64, FreeRec)>) {
+        for (s, r) in records {
+            let old = self.shards[r.group as usize % self.shards.len()].lock().insert(s, r);
+            assert!(old.is_none(), "pending free at {s} recorded twice");
+        }
     }
 
     /// Every pending range, for invariant checks.
@@ -253,5 +260,32 @@ mod tests {
         assert_eq!(j.pending_blocks(), 0);
         let s = j.stats();
         assert_eq!((s.commits, s.records, s.merges), (1, 2, 2));
+    }
+
+    #[test]
+    fn a_commit_that_cannot_be_made_durable_keeps_every_free_pending() {
+        let alloc = Allocator::new(Geometry::with_group_size(4096, 1024, 4096).unwrap()).unwrap();
+        alloc.claim(100, 10).unwrap();
+        alloc.claim(1100, 10).unwrap();
+        let j = Journal::default();
+        j.defer_free(100, 10, 0).unwrap();
+        j.defer_free(1100, 10, 1).unwrap();
+        assert_eq!(j.commit_durable(&alloc, WhenBusy::Wait, || false), None);
+        assert_eq!(j.pending_ranges(), vec![(100, 10), (1100, 10)]);
+        assert!(alloc.is_used(100) && alloc.is_used(1100));
+        // Still pending, so still guarded against a second free.
+        assert!(matches!(j.defer_free(105, 1, 0), Err(FsError::AlreadyPendingFree { block: 105 })));
+        // A free recorded while the next commit makes itself durable belongs
+        // to the transaction after it and stays pending.
+        alloc.claim(200, 5).unwrap();
+        let released = j.commit_durable(&alloc, WhenBusy::Wait, || {
+            j.defer_free(200, 5, 0).unwrap();
+            true
+        });
+        assert_eq!(released, Some(20));
+        assert_eq!(j.pending_ranges(), vec![(200, 5)]);
+        assert!(!alloc.is_used(100) && !alloc.is_used(1100) && alloc.is_used(200));
+        assert_eq!(j.commit(&alloc), 5);
+        assert_eq!(j.pending_blocks(), 0);
     }
 }
