@@ -26,20 +26,58 @@
 use crate::extent_map::ExtentState;
 
 /// One change to a file's metadata.
+/// Exhaustive on purpose: a log that stores changes must store every kind,
+/// so a new kind must break every log until it handles it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     /// A new, empty file.
-    Create { ino: u64 },
+    Create {
+        /// The file.
+        ino: u64,
+    },
     /// The file is gone (its blocks were unmapped first).
-    Unlink { ino: u64 },
+    Unlink {
+        /// The file.
+        ino: u64,
+    },
     /// The size in bytes.
-    Size { ino: u64, size: u64 },
+    Size {
+        /// The file.
+        ino: u64,
+        /// Bytes.
+        size: u64,
+    },
     /// Logical blocks `[logical, logical + len)` map to `physical...`.
-    Map { ino: u64, logical: u64, physical: u64, len: u32, state: ExtentState },
+    Map {
+        /// The file.
+        ino: u64,
+        /// First logical block.
+        logical: u64,
+        /// First physical block.
+        physical: u64,
+        /// Blocks.
+        len: u32,
+        /// Written or unwritten.
+        state: ExtentState,
+    },
     /// Logical blocks `[first, end)` map to nothing.
-    Unmap { ino: u64, first: u64, end: u64 },
+    Unmap {
+        /// The file.
+        ino: u64,
+        /// First logical block.
+        first: u64,
+        /// One past the last logical block.
+        end: u64,
+    },
     /// Mapped blocks in `[first, end)` now hold data.
-    Written { ino: u64, first: u64, end: u64 },
+    Written {
+        /// The file.
+        ino: u64,
+        /// First logical block.
+        first: u64,
+        /// One past the last logical block.
+        end: u64,
+    },
 }
 
 impl Change {

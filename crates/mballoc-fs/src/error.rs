@@ -5,6 +5,7 @@ use thiserror::Error;
 
 /// What went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum FsError {
     /// No file with this id was ever created.
     #[error("file {0:?} does not exist")]
@@ -20,7 +21,14 @@ pub enum FsError {
 
     /// A byte range that ends past the largest file size, or overflows.
     #[error("range at byte {offset} of {len} bytes passes the maximum file size of {max} bytes")]
-    FileTooLarge { offset: u64, len: u64, max: u64 },
+    FileTooLarge {
+        /// First byte of the range.
+        offset: u64,
+        /// Its length in bytes.
+        len: u64,
+        /// The largest file size in bytes.
+        max: u64,
+    },
 
     /// A zero-length range where one is not allowed (`fallocate`, `punch`).
     #[error("zero-length range")]
@@ -29,11 +37,19 @@ pub enum FsError {
     /// Not enough free space, counting preallocations that could be
     /// discarded and blocks that are already reserved for dirty data.
     #[error("no space: {needed} blocks needed, {available} available")]
-    NoSpace { needed: u64, available: u64 },
+    NoSpace {
+        /// Blocks the operation needed.
+        needed: u64,
+        /// Blocks that could still be promised.
+        available: u64,
+    },
 
     /// A block freed twice within pending transactions.
     #[error("block {block} is already waiting to be freed")]
-    AlreadyPendingFree { block: u64 },
+    AlreadyPendingFree {
+        /// The first such block.
+        block: u64,
+    },
 
     /// A configuration the file layer cannot use.
     #[error("invalid configuration: {0}")]

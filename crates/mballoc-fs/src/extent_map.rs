@@ -77,13 +77,9 @@ impl ExtentMap {
     }
 
     /// Number of records.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.recs.len()
-    }
-
-    /// True when nothing is mapped.
-    pub fn is_empty(&self) -> bool {
-        self.recs.is_empty()
     }
 
     /// Number of mapped blocks.

@@ -152,6 +152,7 @@ impl Journal {
 
     /// Commit the running transaction: every free it (or an earlier one)
     /// recorded goes back to the allocator. Returns the blocks released.
+    #[cfg(test)]
     pub fn commit(&self, alloc: &Allocator) -> u64 {
         self.commit_durable(alloc, WhenBusy::Wait, || true).unwrap_or(0)
     }

@@ -11,15 +11,15 @@
 //!
 //! Every block the allocator shows as used is held by exactly one of:
 //!
-//! * a file's **extent map** ([`extent_map`]), written or unwritten;
-//! * a **preallocation** ([`prealloc`]): a file's window set aside for its
+//! * a file's **extent map** (`extent_map`), written or unwritten;
+//! * a **preallocation** (`prealloc`): a file's window set aside for its
 //!   next writes, or a CPU's locality-group run for small files;
-//! * the **running transaction** ([`journal`]): freed, not reusable until it
+//! * the **running transaction** (`journal`): freed, not reusable until it
 //!   commits, so that a crash before the commit never finds the old owner
 //!   pointing at reused blocks;
 //! * volume metadata.
 //!
-//! Delayed data holds no block, only a **reservation** ([`space`]): a write
+//! Delayed data holds no block, only a **reservation** (`space`): a write
 //! claims one block per new hole it dirties, and the claim fails (NoSpace)
 //! only when free blocks, plus preallocated and pending ones that could be
 //! recovered, minus what is already reserved, cannot cover it. A claimed
@@ -34,12 +34,12 @@
 //!
 //! 1. **Goal**: the block after the nearest mapped extent, else the first
 //!    block of the file's home group (its inode's group).
-//! 2. **Placement** ([`normalize::placement`]): files predicted to stay at or
+//! 2. **Placement** (`normalize::placement`): files predicted to stay at or
 //!    under `mb_stream_req` blocks use their CPU's locality group; larger
 //!    ones are streams with their own windows and a stream goal.
 //! 3. **Preallocation**: a file's window covering the block is used first,
 //!    then (small files) the locality-group run nearest the goal.
-//! 4. **Normalization** ([`normalize::window`]): otherwise the request grows
+//! 4. **Normalization** (`normalize::window`): otherwise the request grows
 //!    to the kernel's size class (or a Lustre-style table), cut to stay off
 //!    mapped blocks and other windows, with a merge goal when it touches a
 //!    mapped neighbour. Small files take `mb_group_prealloc` blocks.
@@ -71,24 +71,29 @@
 //! [`Concurrency::Legacy`] keeps pending frees under one lock and makes the
 //! allocator block on group locks with a single locked stream goal.
 
-pub mod change_log;
-pub mod error;
-pub mod extent_map;
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod change_log;
+mod config;
+mod error;
+mod extent_map;
 mod fs;
-pub mod journal;
-pub mod normalize;
+mod journal;
+mod normalize;
 mod percpu;
-pub mod prealloc;
-pub mod ranges;
-pub mod space;
+mod prealloc;
+mod ranges;
+mod space;
 
 pub use change_log::{Change, ChangeLog, LogFailure};
+pub use config::FsConfig;
 pub use error::{FsError, Result};
-pub use extent_map::{ExtentState, MappedExtent};
+pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN};
 pub use fs::{
-    FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsConfig, FsStats, ImportedFile, StreamPlacement,
-    APPEND_WINDOW_MAX,
+    FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsStats, ImportedFile, StreamPlacement, APPEND_WINDOW_MAX,
 };
 pub use journal::JournalStats;
 pub use mballoc::Concurrency;
-pub use normalize::{Normalization, PreallocTable};
+pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};
+pub use ranges::RangeSet;

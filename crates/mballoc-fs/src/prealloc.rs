@@ -58,13 +58,9 @@ pub struct InodePas {
 
 impl InodePas {
     /// True when the file holds no preallocation.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.pas.is_empty()
-    }
-
-    /// Number of preallocations.
-    pub fn count(&self) -> usize {
-        self.pas.len()
     }
 
     /// The preallocations, ascending.
@@ -73,6 +69,7 @@ impl InodePas {
     }
 
     /// Unused blocks over all preallocations.
+    #[cfg(test)]
     pub fn unused_blocks(&self) -> u64 {
         self.pas.values().map(|p| p.unused.len()).sum()
     }
@@ -154,6 +151,7 @@ fn bucket_of(free: u32) -> usize {
 
 impl LocalityGroup {
     /// Unused blocks in the pool.
+    #[cfg(test)]
     pub fn free_blocks(&self) -> u64 {
         self.buckets.iter().flatten().map(|p| u64::from(p.free)).sum()
     }

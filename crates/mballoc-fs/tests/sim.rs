@@ -14,7 +14,7 @@
 mod common;
 
 use mballoc::{Geometry, Tunables};
-use mballoc_fs::ranges::RangeSet;
+use mballoc_fs::RangeSet;
 use mballoc_fs::{
     Concurrency, FallocateMode, FiemapKind, FileId, Fs, FsConfig, FsError, Normalization, PreallocTable,
     StreamPlacement,

@@ -11,7 +11,14 @@ use std::io;
 /// One recorded device call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    Write { offset: u64, data: Vec<u8> },
+    /// `data` written at byte `offset`.
+    Write {
+        /// Byte offset.
+        offset: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// A cache flush.
     Flush,
 }
 

@@ -8,11 +8,14 @@ use thiserror::Error;
 
 /// What went wrong.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum VolError {
     /// The device failed.
     #[error("I/O error {what}: {source}")]
     Io {
+        /// What was being done.
         what: String,
+        /// The device's error.
         #[source]
         source: std::io::Error,
     },
@@ -23,12 +26,24 @@ pub enum VolError {
 
     /// A structure failed its checksum.
     #[error("{structure} at block {block}: checksum mismatch")]
-    Checksum { structure: &'static str, block: u64 },
+    Checksum {
+        /// The structure.
+        structure: &'static str,
+        /// Its block.
+        block: u64,
+    },
 
     /// A structure that is internally inconsistent or points outside its
     /// area.
     #[error("{structure} at block {block}: {detail}")]
-    Corrupt { structure: &'static str, block: u64, detail: String },
+    Corrupt {
+        /// The structure.
+        structure: &'static str,
+        /// Its block.
+        block: u64,
+        /// What is wrong.
+        detail: String,
+    },
 
     /// Parameters that cannot make a volume.
     #[error("invalid geometry: {0}")]
@@ -40,7 +55,12 @@ pub enum VolError {
 
     /// The extent-tree area cannot hold the files' trees.
     #[error("extent-tree area full: {needed} blocks needed, {free} free")]
-    MetadataFull { needed: u64, free: u64 },
+    MetadataFull {
+        /// Tree blocks the files need.
+        needed: u64,
+        /// Tree blocks free.
+        free: u64,
+    },
 
     /// The volume is mounted read-only (by request, or after a failed
     /// commit).

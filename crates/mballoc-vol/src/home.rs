@@ -12,9 +12,9 @@
 use crate::device::Device;
 use crate::error::{Result, VolError};
 use crate::format::{
-    bitmap_crc, check_order, Entry, Extent, GroupDesc, InodeRecord, Node, Superblock, VolumeState, DESC_BYTES,
-    INODE_BYTES, MAX_ENTRY_LEN, MAX_LOGICAL, ROOT_ENTRIES,
+    Extent, Superblock, VolumeState, DESC_BYTES, INODE_BYTES, MAX_ENTRY_LEN, MAX_LOGICAL, ROOT_ENTRIES,
 };
+use crate::records::{bitmap_crc, check_order, Entry, GroupDesc, InodeRecord, Node};
 use crate::state::{Apply, FileState, State};
 use crate::wal;
 use std::collections::BTreeSet;

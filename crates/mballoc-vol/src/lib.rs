@@ -61,19 +61,31 @@
 //! bypass the cache (`O_DIRECT`): aligned, allocated unwritten, written,
 //! then converted.
 
-pub mod cache;
-pub mod check;
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod buffered;
+mod cache;
+mod check;
+mod codec;
 pub mod crash;
-pub mod device;
-pub mod error;
-pub mod format;
-pub mod home;
-pub mod state;
+mod device;
+mod direct;
+mod error;
+mod format;
+mod home;
+mod log;
+mod records;
+mod state;
 mod volume;
-pub mod wal;
+mod wal;
 
 pub use check::{check, CheckReport, Repair};
 pub use device::{Device, FileDevice, MemDevice, OpenMode};
 pub use error::{Result, VolError};
-pub use format::{FormatOptions, Superblock};
+pub use format::{FormatOptions, Superblock, VolumeState};
+pub use mballoc_fs::{
+    Concurrency, ExtentState, FallocateMode, FileId, FsConfig, FsError, MappedExtent, Normalization, PreallocTable,
+    StreamPlacement,
+};
 pub use volume::{Access, MountOptions, Volume, VolumeStats};

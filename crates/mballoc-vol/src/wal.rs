@@ -9,9 +9,10 @@
 //! epoch (the checkpoint count) are in every header, so stale transactions
 //! left over from before a checkpoint never match.
 
+use crate::codec::{get32, get64, put32, put64};
 use crate::device::Device;
 use crate::error::{Result, VolError};
-use crate::format::{get32, get64, put32, put64, Superblock};
+use crate::format::Superblock;
 use mballoc_fs::{Change, ExtentState};
 
 const TX_MAGIC: u32 = 0x4E58_5442;

@@ -139,6 +139,30 @@ impl Geometry {
     pub fn group_first_block(&self, g: u32) -> u64 {
         u64::from(g) << self.blocks_per_group_log2
     }
+    /// `[start, start + len)` lies inside the volume (and does not overflow).
+    pub(crate) fn check_range(&self, start: u64, len: u64) -> Result<()> {
+        match start.checked_add(len) {
+            Some(end) if end <= self.total_blocks() => Ok(()),
+            _ => Err(Error::OutOfRange { start, len, total_blocks: self.total_blocks() }),
+        }
+    }
+
+    /// Split `[start, start + len)` into per-group pieces `(group, offset,
+    /// len)`, ascending. The range must lie inside the volume.
+    pub(crate) fn pieces(&self, start: u64, len: u64) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let end = start + len;
+        let mut pos = start;
+        std::iter::from_fn(move || {
+            if pos >= end {
+                return None;
+            }
+            let g = self.group_of(pos);
+            let off = self.offset_in_group(pos);
+            let n = (u64::from(self.group_len(g) - off)).min(end - pos) as u32;
+            pos += u64::from(n);
+            Some((g, off, n))
+        })
+    }
 }
 
 fn block_size_log2(block_size: u32) -> Result<u8> {

@@ -24,7 +24,7 @@
 //! after every operation is that this state equals the one regenerated from the
 //! bitmap alone ([`Allocator::check_consistency`]).
 //!
-//! Two families of **order indexes** ([`order_index`]) list, per order, the
+//! Two families of **order indexes** ([`IndexKind`]) list, per order, the
 //! groups whose largest free chunk has that order and the groups whose average
 //! free fragment falls in that bucket. A full group is in no set. They answer
 //! "the next group at or after g that could satisfy this" without visiting
@@ -120,26 +120,38 @@
 //! # Ok::<(), mballoc::Error>(())
 //! ```
 
-pub mod allocator;
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod allocator;
 mod bits;
-pub mod buddy;
-pub mod criteria;
-pub mod error;
-pub mod geometry;
+mod buddy;
+mod builder;
+mod context;
+mod criteria;
+mod error;
+mod geometry;
 mod group;
-pub mod order_index;
+mod order_index;
+mod range_ops;
 pub mod report;
+mod request;
+mod scan;
 mod spread;
-pub mod stats;
+mod stats;
 mod stream_goal;
 mod sync;
-pub mod tunables;
+mod tunables;
+mod verify;
 
-pub use allocator::{AllocKind, AllocRequest, Allocation, Allocator, AllocatorBuilder, Extent, FoundBy, GoalPolicy};
-pub use buddy::{Buddy, GroupInfo};
-pub use criteria::{Criterion, GroupSummary};
+pub use allocator::Allocator;
+pub use buddy::{fragment_size_bucket, Buddy, GroupInfo, MAX_ORDERS};
+pub use builder::AllocatorBuilder;
+pub use criteria::{Criterion, GroupSummary, NUM_CRITERIA};
 pub use error::{Error, Result};
-pub use geometry::Geometry;
+pub use geometry::{Geometry, MAX_GROUPS};
+pub use order_index::IndexKind;
+pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPolicy};
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
 pub use tunables::{BestAvailFloor, OptimizeScan, Tunables};

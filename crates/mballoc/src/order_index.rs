@@ -203,7 +203,9 @@ impl OrderIndexes {
     }
 
     /// First group at or after `g` (wrapping) whose order of `kind` is at
-    /// least `order`.
+    /// least `order` (what a single-group lookup would answer; the scans
+    /// walk every candidate instead).
+    #[cfg(test)]
     pub fn first_at_least(&self, kind: IndexKind, order: usize, g: u32, groups: u32) -> Option<u32> {
         let sets = match kind {
             IndexKind::LargestFreeOrder => &self.largest[order.min(self.largest.len())..],

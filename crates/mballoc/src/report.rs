@@ -72,15 +72,14 @@ impl Allocator {
 
     /// `/proc/fs/ext4/<dev>/mb_structs_summary`.
     pub fn mb_structs_summary(&self) -> String {
-        let idx = self.order_indexes();
         let mut o = format!("optimize_scan: {}\n", u8::from(self.optimize_scan_enabled()));
         for (title, kind) in [
             ("max_free_order_lists", IndexKind::LargestFreeOrder),
             ("avg_fragment_size_lists", IndexKind::AvgFragmentSize),
         ] {
             let _ = writeln!(o, "{title}:");
-            for k in 0..idx.num_orders() {
-                let _ = writeln!(o, "\tlist_order_{k}_groups: {}", idx.set(kind, k).len());
+            for k in 0..self.geometry().num_orders() {
+                let _ = writeln!(o, "\tlist_order_{k}_groups: {}", self.index_len(kind, k));
             }
         }
         o

@@ -48,7 +48,7 @@ impl Allocator {
         for order in (lowest.min(top)..=top).rev() {
             let (mut seen, mut empty) = (0, None);
             let limit = if order == top { EMPTY_CANDIDATES } else { PARTIAL_CANDIDATES };
-            self.order_indexes().walk_linear_like(IndexKind::LargestFreeOrder, order..=order, from, n, |g| {
+            self.index.walk_linear_like(IndexKind::LargestFreeOrder, order..=order, from, n, |g| {
                 seen += 1;
                 let free = self.group_summary(g).free;
                 if order == top && free == geo.group_len(g) - prefix && free >= len {

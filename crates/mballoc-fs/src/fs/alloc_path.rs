@@ -9,6 +9,7 @@ use crate::normalize::{placement, window, Neighbours, Placement, RequestShape, W
 use crate::prealloc::GroupPa;
 use mballoc::AllocRequest;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// The allocation path (`ext4_mb_new_blocks` and its callers).
 impl Fs {
@@ -62,7 +63,7 @@ impl Fs {
 
     /// The goal block for logical block `l`: continue the nearest mapped
     /// extent, else the start of the file's home group.
-    fn goal(&self, ino: &Inode, l: u64) -> u64 {
+    pub(super) fn goal(&self, ino: &Inode, l: u64) -> u64 {
         let total = self.alloc.geometry().total_blocks();
         let from_neighbour = if let Some(e) = ino.map.left_of(l) {
             e.physical.checked_add(l - e.logical)
@@ -81,7 +82,14 @@ impl Fs {
     /// file's preallocation, from the CPU's locality group, or from the
     /// allocator with a normalized window. `None` means the allocator had
     /// nothing.
-    fn allocate_one(&self, node: &FileNode, ino: &Inode, l: u64, len: u32, normalize: Normalize) -> Option<(u64, u32)> {
+    pub(super) fn allocate_one(
+        &self,
+        node: &FileNode,
+        ino: &Inode,
+        l: u64,
+        len: u32,
+        normalize: Normalize,
+    ) -> Option<(u64, u32)> {
         let (pa_bounds, len) = {
             let mut pas = node.pas.lock();
             if let Some((p, got)) = pas.take(l, len) {
@@ -143,7 +151,7 @@ impl Fs {
     /// preempted while holding it would put every other thread of its slot
     /// to sleep behind it. Two threads that miss at once may both allocate a
     /// window, as in the kernel; the trim returns the surplus.
-    fn allocate_from_group(
+    pub(super) fn allocate_from_group(
         &self,
         len: u32,
         goal: u64,
@@ -176,7 +184,7 @@ impl Fs {
 
     /// Streams: a normalized window, the surplus kept as the file's
     /// preallocation (`ext4_mb_new_inode_pa`).
-    fn allocate_window(
+    pub(super) fn allocate_window(
         &self,
         node: &FileNode,
         ino: &Inode,
@@ -234,5 +242,51 @@ impl Fs {
         let (p, n) = pas.take(l, own).expect("a new preallocation covers its request");
         self.pa_free.local().fetch_sub(i64::from(n), Ordering::AcqRel);
         Some((p, n))
+    }
+}
+
+/// Preallocated blocks: counted in, given back.
+impl Fs {
+    /// Give back every unused preallocation (files' and locality groups').
+    pub fn discard_preallocations(&self) -> u64 {
+        let _op = self.op();
+        let mut n = 0;
+        for lg in &self.lgs {
+            let runs = lg.lock().drain();
+            n += self.give_back(runs.iter().map(GroupPa::run));
+        }
+        let nodes: Vec<Arc<FileNode>> = self.files.entries().into_iter().map(|(_, n)| n).collect();
+        for node in nodes {
+            n += self.discard_inode_pas(&node);
+        }
+        n
+    }
+
+    /// Give back a file's unused preallocated blocks. Returns how many.
+    pub(super) fn discard_inode_pas(&self, node: &FileNode) -> u64 {
+        let runs = node.pas.lock().drain();
+        self.give_back(runs)
+    }
+
+    /// Return unused preallocated runs `(start, len)` to the allocator.
+    /// Returns how many blocks.
+    pub(super) fn give_back(&self, runs: impl IntoIterator<Item = (u64, u64)>) -> u64 {
+        let mut n = 0;
+        for (p, len) in runs {
+            self.alloc.free(p, len).unwrap_or_else(|e| panic!("discarding preallocated [{p}, +{len}): {e}"));
+            n += len;
+        }
+        if n > 0 {
+            self.pa_free.local().fetch_sub(n as i64, Ordering::AcqRel);
+            inc(&self.counters.local().discarded, n);
+            self.alloc.note_preallocation(0, n);
+        }
+        n
+    }
+
+    pub(super) fn prealloc(&self, n: u64) {
+        self.pa_free.local().fetch_add(n as i64, Ordering::AcqRel);
+        inc(&self.counters.local().preallocated, n);
+        self.alloc.note_preallocation(n, 0);
     }
 }

@@ -12,8 +12,11 @@ use std::sync::atomic::Ordering;
 /// [`FileId`](crate::FileId) and picks its home group), size and extents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImportedFile {
+    /// Inode number (at least 1, at most 2^32 − 1, unique).
     pub ino: u64,
+    /// Size in bytes.
     pub size: u64,
+    /// Extents in logical order.
     pub extents: Vec<MappedExtent>,
 }
 

@@ -1,0 +1,201 @@
+//! Data operations: buffered writes (delayed allocation), fallocate,
+//! truncate and punch, and recording data as written. Blocks that leave a
+//! file go to the running transaction, never straight back to the
+//! allocator.
+
+use super::{FallocateMode, FileId, Fs, Inode, Normalize};
+use crate::change_log::Change;
+use crate::error::{FsError, Result};
+use crate::extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN};
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    /// A buffered write of `len` bytes at `offset`. Blocks are not allocated
+    /// now: every hole the write covers is reserved (so writeback cannot run
+    /// out of space) and marked delayed. Writes into unwritten extents are
+    /// converted at writeback. Fails with NoSpace, changing nothing, when the
+    /// new delayed blocks cannot be reserved.
+    pub fn write(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        let _op = self.op();
+        let (first, end) = self.block_range(offset, len)?;
+        self.with_inode(f, true, |_, ino| {
+            if len == 0 {
+                return Ok(());
+            }
+            let mut holes = Vec::new();
+            let mut unwritten = Vec::new();
+            let mut at = first;
+            for e in ino.map.overlapping(first, end) {
+                if e.logical > at {
+                    holes.push((at, e.logical));
+                }
+                if e.state == ExtentState::Unwritten {
+                    unwritten.push((e.logical, e.logical_end()));
+                }
+                at = e.logical_end();
+            }
+            if at < end {
+                holes.push((at, end));
+            }
+            let new: u64 = holes.iter().map(|&(s, e)| e - s - ino.delayed.count_in(s, e)).sum();
+            self.space.claim(new)?;
+            let mut dirtied = new;
+            for (s, e) in holes {
+                ino.delayed.insert(s, e);
+            }
+            for (s, e) in unwritten {
+                dirtied += ino.dirty_unwritten.insert(s, e);
+            }
+            if offset + len > ino.size {
+                ino.size = offset + len;
+                self.note(Change::Size { ino: ino.id, size: ino.size });
+            }
+            if dirtied > 0 {
+                self.dirty.fetch_add(dirtied, Ordering::AcqRel);
+                if !ino.on_dirty_list {
+                    ino.on_dirty_list = true;
+                    self.dirty_files.lock().push_back(ino.id);
+                }
+            }
+            Ok(())
+        })?;
+        if self.dirty.load(Ordering::Acquire) > self.cfg.dirty_limit_blocks {
+            self.background_writeback();
+        }
+        self.tick();
+        Ok(())
+    }
+
+    /// Allocate unwritten blocks for every hole of the range (`fallocate`).
+    /// Delayed blocks in the range keep their reservation. All or nothing:
+    /// NoSpace when the holes cannot all be covered.
+    pub fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
+        let _op = self.op();
+        if len == 0 {
+            return Err(FsError::ZeroLength);
+        }
+        let (first, end) = self.block_range(offset, len)?;
+        self.with_inode(f, true, |node, ino| {
+            let holes: Vec<(u64, u64)> =
+                ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).collect();
+            let need: u64 = holes.iter().map(|(s, e)| e - s).sum();
+            self.space.claim(need)?;
+            // ext4 does not grow an fallocate that fits one extent into a
+            // preallocation window.
+            let normalize = if end - first <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
+            for (s, e) in holes {
+                self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
+            }
+            if mode == FallocateMode::ExtendSize && offset + len > ino.size {
+                ino.size = offset + len;
+                self.note(Change::Size { ino: ino.id, size: ino.size });
+            }
+            Ok(())
+        })?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Set the size. Shrinking drops delayed data past the end, sends the
+    /// blocks past the end to the running transaction and gives back the
+    /// file's preallocations.
+    pub fn truncate(&self, f: FileId, size: u64) -> Result<()> {
+        let _op = self.op();
+        if size > self.max_file_size() {
+            return Err(FsError::FileTooLarge { offset: size, len: 0, max: self.max_file_size() });
+        }
+        self.with_inode(f, true, |node, ino| {
+            if size < ino.size {
+                self.cut(ino, size.div_ceil(self.block_size()), u64::MAX);
+                self.discard_inode_pas(node);
+            }
+            if size != ino.size {
+                ino.size = size;
+                self.note(Change::Size { ino: ino.id, size });
+            }
+            Ok(())
+        })?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Deallocate the whole blocks inside `[offset, offset + len)`; the size
+    /// does not change.
+    pub fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        let _op = self.op();
+        if len == 0 {
+            return Err(FsError::ZeroLength);
+        }
+        self.block_range(offset, len)?;
+        let first = offset.div_ceil(self.block_size());
+        let end = (offset + len) >> self.block_bits;
+        self.with_inode(f, true, |node, ino| {
+            if first < end {
+                self.cut(ino, first, end);
+            }
+            self.discard_inode_pas(node);
+            Ok(())
+        })?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Record that the mapped blocks of the byte range hold their data on
+    /// the device: unwritten blocks in memory become written, and the
+    /// change log hears of every mapped block in the range.
+    pub fn mark_written(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        let _op = self.op();
+        let (first, end) = self.block_range(offset, len)?;
+        self.with_inode(f, false, |_, ino| {
+            if first == end {
+                return Ok(());
+            }
+            let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
+            self.dirty.fetch_sub(undirtied, Ordering::AcqRel);
+            ino.map.convert_to_written(first, end);
+            if !ino.map.overlapping(first, end).is_empty() {
+                self.note(Change::Written { ino: ino.id, first, end });
+            }
+            Ok(())
+        })
+    }
+
+    /// The file's allocated extents that overlap logical blocks
+    /// `[first, end)`, ascending.
+    pub fn lookup(&self, f: FileId, first: u64, end: u64) -> Result<Vec<MappedExtent>> {
+        self.with_inode(f, false, |_, ino| Ok(ino.map.overlapping(first, end)))
+    }
+
+    /// Remove `[first, end)` from the file: delayed blocks are unreserved,
+    /// mapped blocks go to the running transaction.
+    pub(super) fn cut(&self, ino: &mut Inode, first: u64, end: u64) {
+        let dropped: u64 = ino.delayed.remove(first, end).iter().map(|(s, e)| e - s).sum();
+        let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
+        self.space.unclaim(dropped);
+        self.dirty.fetch_sub(dropped + undirtied, Ordering::AcqRel);
+        let removed = ino.map.remove(first, end);
+        if !removed.is_empty() {
+            // Logged before the frees, so a commit that releases them has it.
+            self.note(Change::Unmap { ino: ino.id, first, end });
+        }
+        for piece in removed {
+            self.defer_free(piece.physical, u64::from(piece.len));
+            self.space.release(u64::from(piece.len));
+        }
+    }
+
+    /// Send a physical range to the running transaction, split by group.
+    pub(super) fn defer_free(&self, mut start: u64, mut len: u64) {
+        let geo = self.alloc.geometry();
+        while len > 0 {
+            let g = geo.group_of(start);
+            let room = geo.group_first_block(g) + u64::from(geo.group_len(g)) - start;
+            let n = room.min(len);
+            self.journal
+                .defer_free(start, n, g)
+                .unwrap_or_else(|e| panic!("a file's block is already pending free: {e}"));
+            start += n;
+            len -= n;
+        }
+    }
+}

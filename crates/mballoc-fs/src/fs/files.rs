@@ -1,0 +1,149 @@
+//! Files: create, open, close, unlink, and what FIEMAP would say.
+
+use super::{FiemapExtent, FiemapKind, FileId, FileNode, Fs, Inode};
+use crate::change_log::Change;
+use crate::error::{FsError, Result};
+use crate::extent_map::{ExtentMap, ExtentState, MappedExtent};
+use crate::prealloc::InodePas;
+use crate::ranges::RangeSet;
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Fs {
+    /// Create an empty file, open once (like `creat`).
+    pub fn create(&self) -> Result<FileId> {
+        let _op = self.op();
+        let id = self.next_ino.fetch_add(1, Ordering::AcqRel);
+        if id > u64::from(u32::MAX) {
+            return Err(FsError::InvalidConfig("inode numbers exhausted".into()));
+        }
+        self.note(Change::Create { ino: id });
+        self.insert_file(id, 0, ExtentMap::new(), 1);
+        self.tick();
+        Ok(FileId(id))
+    }
+
+    /// Enter file `id` into the table. Its home group is its inode's
+    /// group, as in ext4.
+    pub(super) fn insert_file(&self, id: u64, size: u64, map: ExtentMap, open: u32) {
+        let home_group =
+            (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(self.alloc.geometry().groups())) as u32;
+        let inode = Inode {
+            id,
+            size,
+            map,
+            delayed: RangeSet::new(),
+            dirty_unwritten: RangeSet::new(),
+            open,
+            home_group,
+            on_dirty_list: false,
+            unlinked: false,
+        };
+        let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
+        self.files.insert(id, node);
+    }
+
+    /// Open another handle on `f`.
+    pub fn open(&self, f: FileId) -> Result<()> {
+        let _op = self.op();
+        self.with_inode(f, false, |_, ino| {
+            ino.open += 1;
+            Ok(())
+        })
+    }
+
+    /// Close one handle. The last close gives back the file's unused
+    /// preallocations.
+    pub fn close(&self, f: FileId) -> Result<()> {
+        let _op = self.op();
+        self.with_inode(f, true, |node, ino| {
+            ino.open -= 1;
+            if ino.open == 0 {
+                self.discard_inode_pas(node);
+            }
+            Ok(())
+        })
+    }
+
+    /// File size in bytes.
+    pub fn size(&self, f: FileId) -> Result<u64> {
+        self.with_inode(f, false, |_, ino| Ok(ino.size))
+    }
+
+    /// The file's allocated extents (written and unwritten), ascending.
+    pub fn extents(&self, f: FileId) -> Result<Vec<MappedExtent>> {
+        self.with_inode(f, false, |_, ino| Ok(ino.map.iter().collect()))
+    }
+
+    /// Extents as `filefrag` counts them: records that continue one another
+    /// both logically and physically count once, whatever their state or
+    /// the extent-length limit split them into.
+    pub fn fragments(&self, f: FileId) -> Result<u64> {
+        self.with_inode(f, false, |_, ino| {
+            let mut n = 0;
+            let mut next = None;
+            for e in ino.map.iter() {
+                if next != Some((e.logical, e.physical)) {
+                    n += 1;
+                }
+                next = Some((e.logical_end(), e.physical + u64::from(e.len)));
+            }
+            Ok(n)
+        })
+    }
+
+    /// Everything FIEMAP would report: allocated extents and delayed runs,
+    /// ascending by logical block.
+    pub fn fiemap(&self, f: FileId) -> Result<Vec<FiemapExtent>> {
+        self.with_inode(f, false, |_, ino| {
+            let mut v: Vec<FiemapExtent> = ino
+                .map
+                .iter()
+                .map(|e| FiemapExtent {
+                    logical: e.logical,
+                    physical: Some(e.physical),
+                    len: e.len.into(),
+                    kind: match e.state {
+                        ExtentState::Written => FiemapKind::Written,
+                        ExtentState::Unwritten => FiemapKind::Unwritten,
+                    },
+                })
+                .chain(ino.delayed.iter().map(|(s, e)| FiemapExtent {
+                    logical: s,
+                    physical: None,
+                    len: e - s,
+                    kind: FiemapKind::Delayed,
+                }))
+                .collect();
+            v.sort_unstable_by_key(|e| e.logical);
+            Ok(v)
+        })
+    }
+
+    /// Remove the file: its delayed data is dropped, its blocks go to the
+    /// running transaction, its preallocations are given back.
+    pub fn unlink(&self, f: FileId) -> Result<()> {
+        let _op = self.op();
+        let node = self.node(f)?;
+        let mut ino = node.inode.lock();
+        if ino.unlinked {
+            return Err(FsError::Unlinked(f));
+        }
+        ino.unlinked = true;
+        self.files.remove(f.0);
+        self.cut(&mut ino, 0, u64::MAX);
+        // After the unmap, so that every prefix of the log names only
+        // files that exist.
+        self.note(Change::Unlink { ino: f.0 });
+        self.discard_inode_pas(&node);
+        drop(ino);
+        self.tick();
+        Ok(())
+    }
+
+    /// Ids of the files that exist, ascending.
+    pub fn files(&self) -> Vec<FileId> {
+        self.files.entries().into_iter().map(|(k, _)| FileId(k)).collect()
+    }
+}

@@ -1,0 +1,283 @@
+//! Buffered I/O through the folio cache: writes land in folios and
+//! reserve their blocks at once; writeback allocates the file's delayed
+//! runs and writes each physically contiguous piece in bounded device
+//! writes, then records the blocks written. Truncate and punch zero the
+//! partial blocks they leave so no stale byte is ever read back.
+
+use crate::cache::{FileCache, Folio};
+use crate::error::{Result, VolError};
+use crate::volume::Volume;
+use mballoc_fs::{ExtentState, FileId};
+use std::sync::atomic::Ordering;
+
+/// The most one device write of file data carries, unless a folio is
+/// larger: like a block device's largest request.
+const MAX_DATA_WRITE: u64 = 2 << 20;
+
+impl Volume {
+    /// A folio with the file's data as the device has it.
+    pub(crate) fn fill(&self, f: FileId, idx: u64) -> Result<Folio> {
+        let (bs, fb) = (self.block_size(), self.folio_blocks());
+        let mut folio = Folio::zeroed(self.opts.folio_size as usize, fb as usize);
+        let first = idx * fb;
+        for e in self.fs.lookup(f, first, first + fb)? {
+            if e.state != ExtentState::Written {
+                continue;
+            }
+            let (a, b) = (e.logical.max(first), e.logical_end().min(first + fb));
+            let p = e.physical_of(a);
+            let dst = &mut folio.data[((a - first) * bs) as usize..((b - first) * bs) as usize];
+            self.dev.read_at(p * bs, dst).map_err(|e| VolError::io(format!("reading block {p}"), e))?;
+        }
+        self.cached.fetch_add(u64::from(self.opts.folio_size), Ordering::AcqRel);
+        Ok(folio)
+    }
+
+    /// Folio `idx` of the file, filled from the device if not cached.
+    pub(crate) fn folio_mut<'a>(&self, f: FileId, fc: &'a mut FileCache, idx: u64) -> Result<&'a mut Folio> {
+        match fc.folios.entry(idx) {
+            std::collections::btree_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::btree_map::Entry::Vacant(v) => Ok(v.insert(self.fill(f, idx)?)),
+        }
+    }
+
+    /// A buffered write: the data goes to the cache, blocks are reserved
+    /// now and allocated at writeback. NoSpace changes nothing.
+    pub fn write(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
+        self.writable()?;
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        self.fs.write(f, offset, data.len() as u64)?;
+        let (bs, fsz) = (self.block_size(), u64::from(self.opts.folio_size));
+        let mut at = 0usize;
+        let mut newly_dirty = 0;
+        while at < data.len() {
+            let pos = offset + at as u64;
+            let idx = pos / fsz;
+            let in_folio = (pos % fsz) as usize;
+            let n = (fsz as usize - in_folio).min(data.len() - at);
+            self.folio_mut(f, &mut fc, idx)?;
+            let folio = fc.folios.get_mut(&idx).expect("inserted above");
+            folio.data[in_folio..in_folio + n].copy_from_slice(&data[at..at + n]);
+            let (b0, b1) = (in_folio as u64 / bs, ((in_folio + n) as u64).div_ceil(bs));
+            for b in b0..b1 {
+                if folio.set_dirty(b as usize) {
+                    newly_dirty += 1;
+                }
+            }
+            at += n;
+        }
+        fc.dirty_blocks += newly_dirty;
+        let dirty = self.dirty.fetch_add(newly_dirty * bs, Ordering::AcqRel) + newly_dirty * bs;
+        if dirty > self.opts.dirty_bytes {
+            self.writeback_locked(f, &mut fc)?;
+            drop(fc);
+            self.balance(f)?;
+        } else if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes {
+            let dropped = fc.drop_clean();
+            self.cached.fetch_sub(dropped, Ordering::AcqRel);
+            drop(fc);
+            self.balance(f)?;
+        }
+        Ok(())
+    }
+
+    /// Write back and drop clean folios of other files until the cache is
+    /// under its limits. Files busy in another thread are skipped.
+    pub(crate) fn balance(&self, except: FileId) -> Result<()> {
+        if self.dirty.load(Ordering::Acquire) <= self.opts.dirty_bytes
+            && self.cached.load(Ordering::Acquire) <= self.opts.cache_bytes
+        {
+            return Ok(());
+        }
+        for (ino, c) in self.caches().into_iter().filter(|(k, _)| *k != except.0) {
+            let Some(mut fc) = c.try_lock() else { continue };
+            if self.dirty.load(Ordering::Acquire) > self.opts.dirty_bytes / 2 {
+                self.writeback_locked(FileId(ino), &mut fc)?;
+            }
+            if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes / 2 {
+                let dropped = fc.drop_clean();
+                self.cached.fetch_sub(dropped, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocate the file's delayed blocks and write every dirty block to
+    /// the device, one device write per physically contiguous piece of up
+    /// to [`MAX_DATA_WRITE`] bytes (or one folio, if larger); then record
+    /// the blocks as written.
+    pub(crate) fn writeback_locked(&self, f: FileId, fc: &mut FileCache) -> Result<()> {
+        if fc.dirty_blocks == 0 {
+            return Ok(());
+        }
+        let (bs, fb) = (self.block_size(), self.folio_blocks());
+        let runs = fc.dirty_runs(fb);
+        self.fs.writeback(f)?;
+        // A device write covers at most MAX_DATA_WRITE bytes, or one folio
+        // where folios are larger: big enough that per-call costs vanish,
+        // small enough that a run spanning many small folios is gathered
+        // in a buffer that stays in cache (a run's worth of gather buffer,
+        // 128 MiB under the default dirty limit, cost more in page faults
+        // than the copy itself).
+        let max_blocks = (MAX_DATA_WRITE / bs).max(1);
+        let mut scratch = Vec::new();
+        for &(first, n) in &runs {
+            for e in self.fs.lookup(f, first, first + n)? {
+                let (a, b) = (e.logical.max(first), e.logical_end().min(first + n));
+                let mut l = a;
+                while l < b {
+                    let end = b.min(if fb >= max_blocks { (l / fb + 1) * fb } else { l + max_blocks });
+                    let bytes = if l / fb == (end - 1) / fb {
+                        fc.blocks(l, end, fb, bs)
+                    } else {
+                        scratch.clear();
+                        let mut m = l;
+                        while m < end {
+                            let stop = end.min((m / fb + 1) * fb);
+                            scratch.extend_from_slice(fc.blocks(m, stop, fb, bs));
+                            m = stop;
+                        }
+                        &scratch[..]
+                    };
+                    let p = e.physical_of(l);
+                    self.dev.write_at(p * bs, bytes).map_err(|e| VolError::io(format!("writing block {p}"), e))?;
+                    self.data_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                    self.data_writes.fetch_add(1, Ordering::Relaxed);
+                    l = end;
+                }
+            }
+        }
+        self.log.data_written.store(true, Ordering::Release);
+        for &(first, n) in &runs {
+            self.fs.mark_written(f, first * bs, n * bs)?;
+        }
+        let cleaned: u64 = fc.folios.values_mut().map(|folio| folio.clean_all()).sum();
+        debug_assert_eq!(cleaned, fc.dirty_blocks);
+        fc.dirty_blocks = 0;
+        self.dirty.fetch_sub(cleaned * bs, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`; returns how many (fewer at
+    /// the end of the file).
+    pub fn read(&self, f: FileId, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        let size = self.fs.size(f)?;
+        if offset >= size {
+            return Ok(0);
+        }
+        let len = buf.len().min((size - offset) as usize);
+        let fsz = u64::from(self.opts.folio_size);
+        let mut at = 0;
+        while at < len {
+            let pos = offset + at as u64;
+            let idx = pos / fsz;
+            let in_folio = (pos % fsz) as usize;
+            let n = (fsz as usize - in_folio).min(len - at);
+            self.folio_mut(f, &mut fc, idx)?;
+            buf[at..at + n].copy_from_slice(&fc.folios[&idx].data[in_folio..in_folio + n]);
+            at += n;
+        }
+        if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes {
+            let dropped = fc.drop_clean();
+            self.cached.fetch_sub(dropped, Ordering::AcqRel);
+        }
+        Ok(len)
+    }
+
+    /// Zero `[from, to)` inside one block of the cache; if the block holds
+    /// data (mapped, or dirty), mark it dirty so the zeroes reach the
+    /// device.
+    pub(crate) fn zero_partial(&self, f: FileId, fc: &mut FileCache, from: u64, to: u64) -> Result<()> {
+        let (bs, fsz, fb) = (self.block_size(), u64::from(self.opts.folio_size), self.folio_blocks());
+        let l = from / bs;
+        let idx = from / fsz;
+        let mapped = !self.fs.lookup(f, l, l + 1)?.is_empty();
+        let cached_dirty = fc.folios.get(&idx).is_some_and(|x| x.is_dirty((l % fb) as usize));
+        if !mapped && !cached_dirty {
+            if let Some(folio) = fc.folios.get_mut(&idx) {
+                folio.data[(from % fsz) as usize..((to - 1) % fsz + 1) as usize].fill(0);
+            }
+            return Ok(());
+        }
+        self.folio_mut(f, fc, idx)?;
+        // A mapped block needs nothing from the engine: writeback writes
+        // every dirty cached block, and `mark_written` converts it.
+        let folio = fc.folios.get_mut(&idx).expect("inserted above");
+        folio.data[(from % fsz) as usize..((to - 1) % fsz + 1) as usize].fill(0);
+        if folio.set_dirty((l % fb) as usize) {
+            fc.dirty_blocks += 1;
+            self.dirty.fetch_add(bs, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Forget cached data of logical blocks `[first, end)`, which the file
+    /// no longer maps, and zero it.
+    pub(crate) fn forget_blocks(&self, fc: &mut FileCache, first: u64, end: u64) {
+        let (bs, fb) = (self.block_size(), self.folio_blocks());
+        let keys: Vec<u64> = fc.folios.range(first / fb..end.div_ceil(fb)).map(|(&k, _)| k).collect();
+        let mut cleaned = 0;
+        for idx in keys {
+            let folio = fc.folios.get_mut(&idx).expect("key listed");
+            let (a, b) = (first.max(idx * fb), end.min((idx + 1) * fb));
+            for l in a..b {
+                if folio.set_clean((l - idx * fb) as usize) {
+                    cleaned += 1;
+                }
+            }
+            folio.data[((a - idx * fb) * bs) as usize..((b - idx * fb) * bs) as usize].fill(0);
+            if a == idx * fb && b == (idx + 1) * fb {
+                fc.folios.remove(&idx);
+                self.cached.fetch_sub(u64::from(self.opts.folio_size), Ordering::AcqRel);
+            }
+        }
+        fc.dirty_blocks -= cleaned;
+        self.dirty.fetch_sub(cleaned * bs, Ordering::AcqRel);
+    }
+
+    /// Set the size; shrinking frees the blocks past the end (after the
+    /// next commit) and zeroes the rest of the last block.
+    pub fn truncate(&self, f: FileId, size: u64) -> Result<()> {
+        self.writable()?;
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        let old = self.fs.size(f)?;
+        self.fs.truncate(f, size)?;
+        if size < old {
+            let bs = self.block_size();
+            self.forget_blocks(&mut fc, size.div_ceil(bs), u64::MAX / bs);
+            if size % bs != 0 {
+                self.zero_partial(f, &mut fc, size, size.next_multiple_of(bs))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deallocate the whole blocks in the range and zero its partial ones;
+    /// the size does not change.
+    pub fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        self.writable()?;
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        self.fs.punch_hole(f, offset, len)?;
+        let bs = self.block_size();
+        let size = self.fs.size(f)?;
+        let end = (offset + len).min(size);
+        let (first, last) = (offset.div_ceil(bs), end / bs);
+        if first < last {
+            self.forget_blocks(&mut fc, first, last);
+        }
+        // The partial blocks at either edge, inside the file.
+        let head_end = offset.next_multiple_of(bs).min(end);
+        if offset < end && offset % bs != 0 {
+            self.zero_partial(f, &mut fc, offset, head_end)?;
+        }
+        if end % bs != 0 && end > head_end.max(offset) && end / bs >= first {
+            self.zero_partial(f, &mut fc, (end / bs * bs).max(offset), end)?;
+        }
+        Ok(())
+    }
+}

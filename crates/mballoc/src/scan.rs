@@ -1,0 +1,352 @@
+//! The search (`ext4_mb_regular_allocator`): the goal probe, then the
+//! passes from the cheapest that can serve the request, each one sweep of
+//! the groups from the start group (by index, or linearly), inside each
+//! group the buddy's aligned chunk or a best-fit measure of its free runs
+//! within the effort bounds `mb_min_to_scan` / `mb_max_to_scan`.
+
+use crate::allocator::{orders, Allocator};
+use crate::buddy::Buddy;
+use crate::context::{Cand, Ctx, Status};
+use crate::criteria::{good_group, request_bucket, Criterion};
+use crate::group::{summary_of, GroupSlot};
+use crate::order_index::IndexKind;
+use crate::request::{Extent, FoundBy, GoalPolicy};
+use crate::stream_goal::Concurrency;
+use crate::tunables::BestAvailFloor;
+
+impl Allocator {
+    /// Serve `ctx`: the goal first, then the passes, then the best
+    /// candidate found if no pass took one outright.
+    pub(crate) fn regular_allocator(&self, ctx: &mut Ctx) {
+        if let (Some(goal), GoalPolicy::TryFirst | GoalPolicy::Only) = (ctx.goal_block, ctx.policy) {
+            self.find_by_goal(ctx, goal);
+            if ctx.status == Status::Found || ctx.policy == GoalPolicy::Only {
+                return;
+            }
+        }
+        if let Some(key) = ctx.stream {
+            let slot = self.stream_goals.slot(key);
+            ctx.stream_slot = Some(slot);
+            ctx.start_group = self.stream_goals.load(slot);
+        }
+        ctx.cr = Some(self.first_criterion(ctx));
+        loop {
+            while ctx.cr.is_some() && ctx.status == Status::Continue {
+                self.scan_groups(ctx);
+            }
+            if ctx.status == Status::Found {
+                return;
+            }
+            if ctx.best.is_some() && !ctx.hint_first {
+                self.try_best_found(ctx);
+                if ctx.status != Status::Found {
+                    // Someone took our best candidate while we scanned on:
+                    // take the first thing that fits.
+                    ctx.lost += 1;
+                    ctx.best = None;
+                    ctx.status = Status::Continue;
+                    ctx.hint_first = true;
+                    ctx.cr = Some(Criterion::AnyFree);
+                    continue;
+                }
+            }
+            return;
+        }
+    }
+
+    /// The pass a request starts at: the cheapest that can serve it, unless
+    /// the volume is so full that Lustre's thresholds say the cheap passes
+    /// would only fail (LU-12103).
+    fn first_criterion(&self, ctx: &Ctx) -> Criterion {
+        let cheapest = if ctx.two_order > 0 { Criterion::PowerOf2Aligned } else { Criterion::GoalLenFast };
+        let t = &ctx.t;
+        if t.mb_c1_threshold == 0 && t.mb_c2_threshold == 0 && t.mb_c3_threshold == 0 {
+            return cheapest;
+        }
+        let free_pct = self.free_blocks() as u128 * 100;
+        let total = u128::from(self.geo.total_blocks());
+        let below = |pct: u32| pct > 0 && free_pct < u128::from(pct) * total;
+        let floor = if below(t.mb_c3_threshold) {
+            Criterion::AnyFree
+        } else if below(t.mb_c2_threshold) {
+            Criterion::GoalLenSlow
+        } else if below(t.mb_c1_threshold) {
+            Criterion::GoalLenFast
+        } else {
+            return cheapest;
+        };
+        cheapest.max(floor)
+    }
+
+    fn find_by_goal(&self, ctx: &mut Ctx, goal: u64) {
+        let g = self.geo.group_of(goal);
+        let off = self.geo.offset_in_group(goal);
+        if self.groups.summary(g).free == 0 {
+            return;
+        }
+        let slot = self.groups.slot(g);
+        let mut guard = slot.lock.lock();
+        let buddy = self.materialize(&mut guard, g);
+        let run = buddy.find_extent(off, ctx.goal_len);
+        let take = if run >= ctx.goal_len {
+            ctx.goal_len
+        } else if run > 0 && ctx.policy == GoalPolicy::Only && ctx.min_len > 1 && run >= ctx.min_len {
+            // A goal-only request that named a minimum accepts a partial run
+            // at the goal (the kernel's HINT_MERGE).
+            run
+        } else {
+            return;
+        };
+        ctx.found += 1;
+        let old = orders(buddy.info());
+        buddy.mark_used(off, take);
+        self.after_change(g, slot, old, buddy.info());
+        ctx.result = Some((Extent { start: goal, len: take }, FoundBy::Goal));
+        ctx.status = Status::Found;
+    }
+
+    /// Run the current pass once over the volume and advance to the next pass
+    /// if it found nothing (`ext4_mb_scan_groups`).
+    fn scan_groups(&self, ctx: &mut Ctx) {
+        let cr = ctx.cr.expect("scan with no pass left");
+        let n = self.geo.groups();
+        let mut start = if ctx.start_group >= n { 0 } else { ctx.start_group };
+        if !ctx.optimize || !cr.is_cheap() {
+            self.scan_linear(ctx, start, n);
+        } else {
+            if ctx.t.mb_max_linear_groups > 0 {
+                let count = ctx.t.mb_max_linear_groups.min(n);
+                self.scan_linear(ctx, start, count);
+                if ctx.status != Status::Continue {
+                    return;
+                }
+                start = (start + count) % n;
+            }
+            let top = self.geo.num_orders() - 1;
+            match cr {
+                Criterion::PowerOf2Aligned => {
+                    let lo = ctx.two_order as usize;
+                    self.index.walk_linear_like(IndexKind::LargestFreeOrder, lo..=top, start, n, |g| {
+                        self.scan_group(ctx, g);
+                        ctx.status != Status::Continue
+                    });
+                }
+                Criterion::GoalLenFast => {
+                    let lo = request_bucket(ctx.goal_len, self.geo.num_orders());
+                    self.index.walk_linear_like(IndexKind::AvgFragmentSize, lo..=top, start, n, |g| {
+                        self.scan_group(ctx, g);
+                        ctx.status != Status::Continue
+                    });
+                }
+                Criterion::BestAvailLen => self.scan_best_avail(ctx, start, n),
+                Criterion::GoalLenSlow | Criterion::AnyFree => unreachable!("expensive passes scan linearly"),
+            }
+        }
+        if ctx.status == Status::Continue {
+            ctx.cr_failed[cr.index()] += 1;
+            ctx.cr = match cr {
+                // Only data requests carry slack worth trimming, and the
+                // trimming walks the avg-fragment index: with linear scans the
+                // kernel's cr1.5 would only repeat cr1 untrimmed, so skip it.
+                Criterion::GoalLenFast if !(ctx.is_data && ctx.optimize) => Some(Criterion::GoalLenSlow),
+                _ => cr.next(),
+            };
+        }
+    }
+
+    fn scan_linear(&self, ctx: &mut Ctx, start: u32, count: u32) {
+        let n = self.geo.groups();
+        let mut g = start;
+        for _ in 0..count {
+            self.scan_group(ctx, g);
+            if ctx.status != Status::Continue {
+                return;
+            }
+            g = if g + 1 == n { 0 } else { g + 1 };
+        }
+    }
+
+    /// CR_BEST_AVAIL_LEN: retry the avg-fragment lookup with the goal length
+    /// trimmed one order at a time, never below the original request.
+    fn scan_best_avail(&self, ctx: &mut Ctx, start: u32, n: u32) {
+        let order = 31 - ctx.goal_len.leading_zeros();
+        let mut min_order = order.saturating_sub(ctx.t.mb_best_avail_max_trim_order.min(31));
+        let floor = match ctx.t.mb_best_avail_floor {
+            BestAvailFloor::Minimum if ctx.min_len < ctx.orig_len => {
+                ctx.whole_run = true;
+                ctx.min_len
+            }
+            _ => ctx.orig_len,
+        };
+        if (1u32 << min_order) < floor {
+            min_order = 32 - floor.leading_zeros();
+        }
+        'halves: for (lo, hi) in [(start, n), (0, start)] {
+            for i in (min_order..=order).rev() {
+                ctx.goal_len = 1 << i;
+                let set =
+                    self.index.set(IndexKind::AvgFragmentSize, request_bucket(ctx.goal_len, self.geo.num_orders()));
+                if set.is_empty() {
+                    continue;
+                }
+                let mut g = lo;
+                while let Some(found) = set.next_in(g, hi) {
+                    self.scan_group(ctx, found);
+                    if ctx.status != Status::Continue {
+                        break 'halves;
+                    }
+                    g = found + 1;
+                }
+            }
+        }
+        if ctx.status == Status::Continue {
+            ctx.goal_len = ctx.orig_goal_len;
+            ctx.whole_run = false;
+        }
+    }
+
+    /// Look at one group under the current pass (`ext4_mb_scan_group`).
+    fn scan_group(&self, ctx: &mut Ctx, g: u32) {
+        let cr = ctx.cr.expect("scan with no pass");
+        ctx.cr_considered[cr.index()] += 1;
+        let summary = self.groups.summary(g);
+        if !good_group(cr, &summary, ctx.goal_len, ctx.two_order, ctx.min_len) {
+            return;
+        }
+        let slot = self.groups.slot(g);
+        let mut guard = if cr == Criterion::AnyFree || self.concurrency == Concurrency::Legacy {
+            slot.lock.lock()
+        } else {
+            // With many groups "any good group will do": never wait for a busy one.
+            match slot.lock.try_lock() {
+                Some(guard) => guard,
+                None => return,
+            }
+        };
+        let buddy = self.materialize(&mut guard, g);
+        if !good_group(cr, &summary_of(buddy.info()), ctx.goal_len, ctx.two_order, ctx.min_len) {
+            return;
+        }
+        ctx.groups_scanned += 1;
+        if cr == Criterion::PowerOf2Aligned {
+            if let Some((start, len)) = buddy.first_chunk_at_least(ctx.two_order) {
+                ctx.found += 1;
+                ctx.cr_found[cr.index()] += 1;
+                ctx.two_n_hit = true;
+                ctx.best = Some(Cand { group: g, start, len });
+                self.use_best_found(ctx, g, slot, buddy);
+            }
+            return;
+        }
+        self.complex_scan(ctx, g, slot, buddy);
+    }
+
+    /// Measure the group's free runs (`ext4_mb_complex_scan_group`).
+    fn complex_scan(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
+        let cr = ctx.cr.expect("scan with no pass");
+        let mut free = buddy.info().free;
+        let mut i = buddy.info().first_free;
+        while free > 0 && ctx.status == Status::Continue {
+            i = buddy.next_free(i);
+            assert!(i < buddy.len(), "group {g}: info counts free blocks the bitmap lacks");
+            if cr.is_cheap() {
+                let j = buddy.next_used(i);
+                if j - i < ctx.goal_len {
+                    free -= j - i;
+                    i = j;
+                    continue;
+                }
+            }
+            let len = buddy.find_extent(i, ctx.take_limit());
+            assert!(len > 0 && len <= free, "group {g}: buddy disagrees with info");
+            self.measure_extent(ctx, Cand { group: g, start: i, len }, slot, buddy);
+            i += len;
+            free -= len;
+        }
+        self.check_limits(ctx, g, slot, buddy, true);
+    }
+
+    /// Best fit with effort bounds (`ext4_mb_measure_extent`).
+    fn measure_extent(&self, ctx: &mut Ctx, ex: Cand, slot: &GroupSlot, buddy: &mut Buddy) {
+        let cr = ctx.cr.expect("scan with no pass");
+        ctx.found += 1;
+        ctx.cr_found[cr.index()] += 1;
+        if ex.len >= ctx.min_len {
+            if ctx.hint_first || ex.len == ctx.goal_len || (ctx.whole_run && ex.len >= ctx.goal_len) {
+                ctx.best = Some(ex);
+                self.use_best_found(ctx, ex.group, slot, buddy);
+                return;
+            }
+            match ctx.best {
+                None => {
+                    ctx.best = Some(ex);
+                    return;
+                }
+                Some(b) if b.len < ctx.goal_len => {
+                    if ex.len > b.len {
+                        ctx.best = Some(ex);
+                    }
+                }
+                Some(b) => {
+                    if ex.len > ctx.goal_len && ex.len < b.len {
+                        ctx.best = Some(ex);
+                    }
+                }
+            }
+        }
+        self.check_limits(ctx, ex.group, slot, buddy, false);
+    }
+
+    fn check_limits(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy, finish_group: bool) {
+        if ctx.status == Status::Found {
+            return;
+        }
+        // Stop measuring after mb_max_to_scan extents, but only with a
+        // candidate to fall back on: breaking with none would turn a volume
+        // that has space into a false NoSpace.
+        let Some(b) = ctx.best else { return };
+        if ctx.found > ctx.t.mb_max_to_scan && !ctx.hint_first {
+            ctx.status = Status::Break;
+            return;
+        }
+        if b.len < ctx.goal_len {
+            return;
+        }
+        if (finish_group || ctx.found > ctx.t.mb_min_to_scan) && b.group == g {
+            // Re-measure: the candidate may have been found before a split.
+            if buddy.find_extent(b.start, ctx.goal_len) >= ctx.goal_len {
+                self.use_best_found(ctx, g, slot, buddy);
+            }
+        }
+    }
+
+    /// Take the best candidate: trim to the goal length and mark it used.
+    fn use_best_found(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
+        let b = ctx.best.expect("use_best_found without a candidate");
+        debug_assert_eq!(b.group, g);
+        let len = b.len.min(ctx.take_limit());
+        let old = orders(buddy.info());
+        buddy.mark_used(b.start, len);
+        self.after_change(g, slot, old, buddy.info());
+        let start = self.geo.group_first_block(g) + u64::from(b.start);
+        let cr = ctx.cr.unwrap_or(Criterion::AnyFree);
+        ctx.result = Some((Extent { start, len }, FoundBy::Pass(cr)));
+        ctx.status = Status::Found;
+        if let Some(slot) = ctx.stream_slot {
+            self.stream_goals.store(slot, g);
+        }
+    }
+
+    /// Re-validate the best candidate after the scan stopped (`ext4_mb_try_best_found`).
+    fn try_best_found(&self, ctx: &mut Ctx) {
+        let b = ctx.best.expect("try_best_found without a candidate");
+        let slot = self.groups.slot(b.group);
+        let mut guard = slot.lock.lock();
+        let buddy = self.materialize(&mut guard, b.group);
+        let len = buddy.find_extent(b.start, ctx.goal_len);
+        if len > 0 && len >= ctx.min_len {
+            ctx.best = Some(Cand { len, ..b });
+            self.use_best_found(ctx, b.group, slot, buddy);
+        }
+    }
+}
