@@ -3,10 +3,13 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
-use mballoc_lab::backend::{BackendKind, Target, WriteMode};
+use mballoc_lab::backend::{BackendKind, Target};
 use mballoc_lab::report::{col, Report, Row, ScenarioReport};
-use mballoc_lab::scenarios::{self, Env, StartImage};
-use mballoc_lab::workload::{StreamSpec, Trace, Workload};
+use mballoc_lab::scenarios::{self, Env, StartImage, Variant};
+use mballoc_lab::trace::Trace;
+use mballoc_lab::units::Size;
+use mballoc_lab::workload::{StreamSpec, Workload};
+use mballoc_lab::LabError;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -176,23 +179,10 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("Error: {e:#}");
+            eprintln!("Error: {}", mballoc_lab::chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// `64M`, `8G`, `4096`.
-fn parse_size(s: &str) -> Result<u64> {
-    let (num, shift) = match s.trim().chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&s[..s.len() - 1], 10),
-        Some('M') => (&s[..s.len() - 1], 20),
-        Some('G') => (&s[..s.len() - 1], 30),
-        Some('T') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 = num.trim().parse().with_context(|| format!("size {s:?} is not a number"))?;
-    n.checked_shl(shift).filter(|v| v >> shift == n).with_context(|| format!("size {s:?} is too large"))
 }
 
 fn run() -> Result<()> {
@@ -200,7 +190,7 @@ fn run() -> Result<()> {
         Cmd::Mkfs { volume, size, block_size, journal_blocks, inodes } => {
             use mballoc_vol::{FileDevice, FormatOptions, OpenMode};
             let dev = match size {
-                Some(s) => FileDevice::create(&volume, parse_size(&s)?),
+                Some(s) => FileDevice::create(&volume, s.parse::<Size>()?.0),
                 None => FileDevice::open(&volume, OpenMode::ReadWrite),
             }
             .with_context(|| format!("opening {}", volume.display()))?;
@@ -291,7 +281,7 @@ fn run() -> Result<()> {
             };
             let mut env = Env::new(quick, out.seed, backends(&out.backends)?);
             if let Some(image) = &from_image {
-                env = env.start_from(StartImage::open(image).map_err(anyhow::Error::msg)?);
+                env = env.start_from(StartImage::open(image)?);
             }
             let mut report = Report { seed: out.seed, quick, scenarios: vec![] };
             if !out.json {
@@ -385,7 +375,7 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
     } else {
         let mut w = Workload::from_toml(text)?;
         if let Some(path) = w.image.clone() {
-            StartImage::open(&path).map_err(anyhow::Error::msg)?.apply(&mut w);
+            StartImage::open(&path)?.apply(&mut w);
         }
         let (s, names) = (w.streams(), w.file_names());
         (w, s, names)
@@ -405,35 +395,26 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
         ],
     );
     let limit = w.seconds.map(std::time::Duration::from_secs_f64);
-    let run_on = |rep: &mut ScenarioReport, t: &dyn Target, backend: &str| {
+    let run_on = |rep: &mut ScenarioReport, t: &dyn Target, backend: &str| -> Result<(), LabError> {
         let bar = env.bar(0, format!("{} on {backend}", w.name));
         let r = mballoc_lab::runner::run(t, &streams, w.interleave, limit, &bar);
         bar.finish_and_clear();
-        match r {
-            Ok(r) => {
-                t.sync();
-                let mut row = Row::new(backend, "default");
-                row.set("ops_per_s", r.ops_per_s().round())
-                    .set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0)
-                    .set("files_per_s", r.creates_per_s().round());
-                scenarios::layout_metrics(&mut row, t, w.block_size, |_| true);
-                scenarios::free_metrics(&mut row, t, backend);
-                rep.rows.push(row);
-            }
-            Err(e) => rep.notes.push(format!("{backend}: {e}")),
-        }
+        let r = r?;
+        t.sync();
+        let mut row = Row::new(backend, "default");
+        row.set("ops_per_s", r.ops_per_s().round())
+            .set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0)
+            .set("files_per_s", r.creates_per_s().round());
+        scenarios::layout_metrics(&mut row, t, w.block_size, |_| true);
+        scenarios::free_metrics(&mut row, t, backend);
+        rep.rows.push(row);
+        Ok(())
     };
-    for b in &env.backends {
-        match b {
-            BackendKind::Engine => match scenarios::engine_with_files(&w, names.clone(), WriteMode::Delalloc, |_| {}) {
-                Ok(t) => run_on(&mut rep, &t, "engine"),
-                Err(e) => rep.notes.push(format!("engine: {e}")),
-            },
-            BackendKind::Kernel(k) => match scenarios::kernel_with_files(*k, &w, names.clone(), "") {
-                Ok(t) => run_on(&mut rep, &t, k.name()),
-                Err(why) => rep.skip(k.name(), &why),
-            },
-        }
-    }
+    let mut variants = vec![Variant::engine("default", |_| {})];
+    variants.extend(scenarios::kernel_variants(env, &[("default", "")]));
+    scenarios::for_each_variant(env, &mut rep, &variants, |v, rep| {
+        let t = v.target_with_files(&w, names.clone())?;
+        run_on(rep, &*t, v.backend().name())
+    });
     Ok(rep)
 }

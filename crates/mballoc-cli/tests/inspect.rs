@@ -10,15 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn have(tool: &str) -> bool {
-    Command::new(tool).arg("-V").output().is_ok()
-}
-
-fn run(c: &mut Command) -> String {
-    let out = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}"));
-    assert!(out.status.success(), "{c:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
+use mballoc_testkit::{have, is_root, run};
 
 fn mballoc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mballoc"))
@@ -61,10 +53,6 @@ const VARIANTS: &[(&str, &str)] = &[
     ("ext3", "-t ext3 -b 4096"),
     ("ext2-1k", "-t ext2 -b 1024"),
 ];
-
-fn is_root() -> bool {
-    mballoc_lab::sys::is_root()
-}
 
 /// Populate a mounted volume; returns `filefrag` lines for every regular file.
 fn populate_mounted(mnt: &Path) -> Vec<String> {

@@ -16,7 +16,9 @@ use std::collections::{HashMap, HashSet};
 /// One directory entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
+    /// The inode it names (never 0).
     pub ino: u32,
+    /// The name's bytes.
     pub name: Vec<u8>,
 }
 
@@ -25,7 +27,9 @@ pub struct DirEntry {
 pub struct Entry {
     /// Absolute path inside the volume ("/" for the root).
     pub path: String,
+    /// Its inode.
     pub inode: Inode,
+    /// Its block map.
     pub map: FileMap,
 }
 

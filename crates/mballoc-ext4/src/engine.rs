@@ -47,6 +47,7 @@ pub fn allocator<S: BlockSource>(vol: &Volume<S>) -> Result<Allocator> {
 
 /// An engine started from an image.
 pub struct Loaded {
+    /// The engine, holding the image's free space and files.
     pub fs: Fs,
     /// Each regular file's path and its id in the engine (its inode number).
     pub files: Vec<(String, FileId)>,

@@ -8,6 +8,7 @@ use crate::error::{Ext4Error, Result};
 use crate::superblock::{incompat, ChecksumPolicy, Superblock};
 
 /// `bg_flags` bits.
+#[allow(missing_docs)] // the kernel's names, one bit each
 pub mod flags {
     pub const INODE_UNINIT: u16 = 0x1;
     pub const BLOCK_UNINIT: u16 = 0x2;
@@ -17,15 +18,25 @@ pub mod flags {
 /// One group descriptor, validated against the volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupDesc {
+    /// `bg_block_bitmap`: the bitmap's block.
     pub block_bitmap: u64,
+    /// `bg_inode_bitmap`.
     pub inode_bitmap: u64,
+    /// `bg_inode_table`: first block of the inode table.
     pub inode_table: u64,
+    /// `bg_free_blocks_count`.
     pub free_blocks: u32,
+    /// `bg_free_inodes_count`.
     pub free_inodes: u32,
+    /// `bg_used_dirs_count`.
     pub used_dirs: u32,
+    /// `bg_flags` (see [`flags`]).
     pub flags: u16,
+    /// `bg_itable_unused`: inodes at the end of the table never used.
     pub itable_unused: u32,
+    /// `bg_block_bitmap_csum` (low and high halves).
     pub block_bitmap_csum: u32,
+    /// `bg_checksum`.
     pub checksum: u16,
 }
 
@@ -35,6 +46,7 @@ impl GroupDesc {
         self.flags & flags::BLOCK_UNINIT != 0
     }
 
+    /// Whether the group's inode table was never initialised.
     pub fn inode_uninit(&self) -> bool {
         self.flags & flags::INODE_UNINIT != 0
     }

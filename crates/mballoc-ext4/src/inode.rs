@@ -6,6 +6,7 @@ use crate::checksum::crc32c_raw;
 use crate::superblock::{ro_compat, Superblock};
 
 /// `i_flags` bits the reader looks at.
+#[allow(missing_docs)] // the kernel's names, one bit each
 pub mod iflags {
     pub const INDEX: u32 = 0x1000;
     pub const HUGE_FILE: u32 = 0x40000;
@@ -22,20 +23,30 @@ const CHECKSUM_HI: usize = 0x82;
 /// What kind of object an inode is (from the top bits of `i_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileType {
+    /// A regular file.
     Regular,
+    /// A directory.
     Directory,
+    /// A symbolic link.
     Symlink,
+    /// A device, fifo or socket.
     Other,
 }
 
 /// An inode's fields, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
+    /// The inode number.
     pub ino: u32,
+    /// `i_mode`: type and permissions.
     pub mode: u16,
+    /// `i_size` in bytes.
     pub size: u64,
+    /// `i_links_count`.
     pub links_count: u16,
+    /// `i_flags` (see [`iflags`]).
     pub flags: u32,
+    /// `i_generation` (part of the checksum seed).
     pub generation: u32,
     /// `i_blocks` in 512-byte sectors (or blocks with huge_file's flag),
     /// normalised to 512-byte sectors.
@@ -43,6 +54,7 @@ pub struct Inode {
     /// The 60 bytes of `i_block`: an extent tree root, an indirect map,
     /// inline data or a short symlink target.
     pub block: [u8; 60],
+    /// `i_extra_isize`: bytes used past the original 128.
     pub extra_isize: u16,
 }
 
@@ -86,6 +98,7 @@ impl Inode {
         }
     }
 
+    /// What kind of object this is.
     pub fn file_type(&self) -> FileType {
         match self.mode & 0xF000 {
             0x8000 => FileType::Regular,

@@ -41,6 +41,9 @@
 //! extents, and everything else in use (directories, the journal, the
 //! inode tables) becomes metadata the engine never touches.
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 mod bytes;
 pub mod checksum;
 pub mod directory;

@@ -27,8 +27,11 @@ const NO_LOGICAL_END: u64 = 1 << 32;
 /// One data extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
+    /// First logical block.
     pub logical: u64,
+    /// First physical block.
     pub physical: u64,
+    /// Blocks.
     pub len: u32,
     /// Allocated but never written (reads as zeros).
     pub unwritten: bool,
@@ -38,12 +41,16 @@ pub struct Extent {
 /// the map (extent tree nodes below the inode, or indirect blocks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMap {
+    /// How the blocks are mapped.
     pub kind: MappingKind,
+    /// Data extents in logical order.
     pub extents: Vec<Extent>,
+    /// Blocks the map itself occupies.
     pub map_blocks: Vec<u64>,
 }
 
 impl FileMap {
+    /// Data blocks mapped.
     pub fn data_blocks(&self) -> u64 {
         self.extents.iter().map(|e| u64::from(e.len)).sum()
     }

@@ -13,6 +13,7 @@ pub const SUPERBLOCK_SIZE: usize = 1024;
 const MAGIC: u16 = 0xEF53;
 
 /// `s_feature_compat` bits the reader looks at.
+#[allow(missing_docs)] // the kernel's names, one bit each
 pub mod compat {
     pub const HAS_JOURNAL: u32 = 0x4;
     pub const RESIZE_INODE: u32 = 0x10;
@@ -21,6 +22,7 @@ pub mod compat {
 }
 
 /// `s_feature_incompat` bits.
+#[allow(missing_docs)] // the kernel's names, one bit each
 pub mod incompat {
     pub const COMPRESSION: u32 = 0x1;
     pub const FILETYPE: u32 = 0x2;
@@ -41,6 +43,7 @@ pub mod incompat {
 }
 
 /// `s_feature_ro_compat` bits.
+#[allow(missing_docs)] // the kernel's names, one bit each
 pub mod ro_compat {
     pub const SPARSE_SUPER: u32 = 0x1;
     pub const HUGE_FILE: u32 = 0x8;
@@ -69,32 +72,53 @@ const KNOWN_INCOMPAT: u32 = incompat::FILETYPE
 /// The superblock fields the reader uses, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// `s_inodes_count`: inodes on the volume.
     pub inodes_count: u32,
+    /// `s_blocks_count`: blocks on the volume.
     pub blocks_count: u64,
+    /// `s_r_blocks_count`: blocks reserved for root.
     pub reserved_blocks_count: u64,
     /// Free blocks as the superblock records them (e2freefrag prints this).
     pub free_blocks_count: u64,
+    /// `s_free_inodes_count`.
     pub free_inodes_count: u32,
+    /// `s_first_data_block`: 1 with 1 KiB blocks, else 0.
     pub first_data_block: u32,
+    /// Block size in bytes.
     pub block_size: u32,
     /// Cluster size in bytes (= block size without bigalloc).
     pub cluster_size: u32,
+    /// `s_blocks_per_group`.
     pub blocks_per_group: u32,
+    /// `s_clusters_per_group` (= blocks per group without bigalloc).
     pub clusters_per_group: u32,
+    /// `s_inodes_per_group`.
     pub inodes_per_group: u32,
+    /// `s_state`: 1 when cleanly unmounted.
     pub state: u16,
+    /// `s_rev_level`: 0 for the original format, 1 for dynamic inode sizes.
     pub rev_level: u32,
+    /// `s_first_ino`: the first inode number not reserved.
     pub first_ino: u32,
+    /// `s_inode_size` in bytes.
     pub inode_size: u16,
+    /// `s_feature_compat` (see [`compat`]).
     pub feature_compat: u32,
+    /// `s_feature_incompat` (see [`incompat`]).
     pub feature_incompat: u32,
+    /// `s_feature_ro_compat` (see [`ro_compat`]).
     pub feature_ro_compat: u32,
+    /// `s_uuid`.
     pub uuid: [u8; 16],
+    /// `s_reserved_gdt_blocks`: room for descriptor growth after each copy.
     pub reserved_gdt_blocks: u16,
+    /// `s_journal_inum`: the journal's inode (0 without one).
     pub journal_inum: u32,
     /// Group descriptor size: 32, or 64+ with the 64bit feature.
     pub desc_size: u32,
+    /// `s_first_meta_bg`: the first meta_bg group.
     pub first_meta_bg: u32,
+    /// `s_log_groups_per_flex`: log2 of the flex group size.
     pub log_groups_per_flex: u8,
     /// sparse_super2's two backup groups (0 = none).
     pub backup_bgs: [u32; 2],
@@ -272,18 +296,22 @@ impl Superblock {
         Ok(sb)
     }
 
+    /// Whether an incompatible feature bit is set.
     pub fn has_incompat(&self, bit: u32) -> bool {
         self.feature_incompat & bit != 0
     }
 
+    /// Whether a read-only-compatible feature bit is set.
     pub fn has_ro_compat(&self, bit: u32) -> bool {
         self.feature_ro_compat & bit != 0
     }
 
+    /// Whether a compatible feature bit is set.
     pub fn has_compat(&self, bit: u32) -> bool {
         self.feature_compat & bit != 0
     }
 
+    /// metadata_csum: crc32c on every metadata structure.
     pub fn metadata_csum(&self) -> bool {
         self.has_ro_compat(ro_compat::METADATA_CSUM)
     }
@@ -293,6 +321,7 @@ impl Superblock {
         self.metadata_csum() || self.has_ro_compat(ro_compat::GDT_CSUM)
     }
 
+    /// bigalloc: allocation in clusters of several blocks.
     pub fn bigalloc(&self) -> bool {
         self.has_ro_compat(ro_compat::BIGALLOC)
     }
@@ -307,6 +336,7 @@ impl Superblock {
         self.cluster_size / self.block_size
     }
 
+    /// Group descriptors per block.
     pub fn descs_per_block(&self) -> u32 {
         self.block_size / self.desc_size
     }
@@ -316,6 +346,7 @@ impl Superblock {
         self.groups.div_ceil(self.descs_per_block())
     }
 
+    /// Blocks of one group's inode table.
     pub fn inode_table_blocks(&self) -> u32 {
         (u64::from(self.inodes_per_group) * u64::from(self.inode_size)).div_ceil(u64::from(self.block_size)) as u32
     }

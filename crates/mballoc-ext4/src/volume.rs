@@ -74,6 +74,7 @@ impl<S: BlockSource> Volume<S> {
         Ok(())
     }
 
+    /// The superblock.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
     }
@@ -83,6 +84,7 @@ impl<S: BlockSource> Volume<S> {
         &self.groups
     }
 
+    /// Whether checksums are verified.
     pub fn policy(&self) -> ChecksumPolicy {
         self.policy
     }

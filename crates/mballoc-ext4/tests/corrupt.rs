@@ -6,42 +6,23 @@
 use mballoc_ext4::checksum::crc32c_raw;
 use mballoc_ext4::group::desc_location;
 use mballoc_ext4::{ChecksumPolicy, Ext4Error, MemSource, Volume};
-use std::path::PathBuf;
-use std::process::Command;
 
 struct Image {
     bytes: Vec<u8>,
 }
 
-fn mke2fs_available() -> bool {
-    Command::new("mke2fs").arg("-V").output().is_ok()
-}
-
 /// An image of `opts` holding /a and /b (40 KiB each), and /dir with a
-/// few entries.
-fn image(name: &str, opts: &str) -> Image {
-    let dir = std::env::temp_dir().join(format!("mballoc-ext4-corrupt-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let tree = dir.join("tree");
-    std::fs::create_dir_all(tree.join("dir")).unwrap();
-    std::fs::write(tree.join("a"), vec![0xAAu8; 40 << 10]).unwrap();
-    std::fs::write(tree.join("b"), vec![0xBBu8; 40 << 10]).unwrap();
-    for i in 0..5 {
-        std::fs::write(tree.join(format!("dir/f{i}")), b"x").unwrap();
-    }
-    let img: PathBuf = dir.join("img");
-    let out = Command::new("mke2fs")
-        .args(["-q", "-F"])
-        .args(opts.split_whitespace())
-        .arg("-d")
-        .arg(&tree)
-        .arg(&img)
-        .arg("8M")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mke2fs: {}", String::from_utf8_lossy(&out.stderr));
-    let bytes = std::fs::read(&img).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+/// few entries. Callers skip first where mke2fs is missing.
+fn image(opts: &str) -> Image {
+    let bytes = mballoc_testkit::mke2fs_image(opts, "8M", |tree| {
+        std::fs::create_dir_all(tree.join("dir")).unwrap();
+        std::fs::write(tree.join("a"), vec![0xAAu8; 40 << 10]).unwrap();
+        std::fs::write(tree.join("b"), vec![0xBBu8; 40 << 10]).unwrap();
+        for i in 0..5 {
+            std::fs::write(tree.join(format!("dir/f{i}")), b"x").unwrap();
+        }
+    })
+    .expect("mke2fs, checked by the caller");
     Image { bytes }
 }
 
@@ -98,7 +79,7 @@ const PLAIN: &str = "-t ext4 -b 1024 -O ^metadata_csum,^uninit_bg";
 
 macro_rules! skip_without_mke2fs {
     () => {
-        if !mke2fs_available() {
+        if !mballoc_testkit::have("mke2fs") {
             eprintln!("skipped: mke2fs not installed");
             return;
         }
@@ -109,7 +90,7 @@ macro_rules! skip_without_mke2fs {
 fn pristine_images_read_cleanly() {
     skip_without_mke2fs!();
     for opts in [CSUM, PLAIN, "-t ext4 -b 4096 -O bigalloc -C 16384", "-t ext3", "-t ext4 -O meta_bg,^resize_inode"] {
-        let img = image("pristine", opts);
+        let img = image(opts);
         img.read_all(ChecksumPolicy::Verify).unwrap_or_else(|e| panic!("{opts}: {e}"));
         let tree = img.vol().walk().unwrap();
         let paths: Vec<_> = tree.files().map(|e| e.path.as_str()).collect();
@@ -120,7 +101,7 @@ fn pristine_images_read_cleanly() {
 #[test]
 fn bad_magic_and_truncation() {
     skip_without_mke2fs!();
-    let mut img = image("magic", CSUM);
+    let mut img = image(CSUM);
     let whole = img.bytes.clone();
     img.bytes[1024 + 0x38] = 0;
     assert!(matches!(img.read_all(ChecksumPolicy::Ignore), Err(Ext4Error::BadMagic { .. })));
@@ -134,7 +115,7 @@ fn bad_magic_and_truncation() {
 #[test]
 fn superblock_checksum_and_geometry() {
     skip_without_mke2fs!();
-    let mut img = image("sb", CSUM);
+    let mut img = image(CSUM);
     img.bytes[1024 + 0x78] ^= 1; // volume name
     match img.read_all(ChecksumPolicy::Verify) {
         Err(Ext4Error::Checksum { structure, .. }) => assert_eq!(structure, "superblock"),
@@ -142,13 +123,13 @@ fn superblock_checksum_and_geometry() {
     }
     img.read_all(ChecksumPolicy::Ignore).expect("ignoring checksums reads on");
     for (field, value) in [(0x18usize, 7u32), (0x28, 0), (0x20, 12), (0x4, 1), (0x14, 0)] {
-        let mut bad = image("sb", CSUM);
+        let mut bad = image(CSUM);
         bad.put32(1024 + field, value);
         bad.reseal_superblock();
         let e = bad.read_all(ChecksumPolicy::Verify).unwrap_err();
         assert!(matches!(e, Ext4Error::Geometry(_)), "field {field:#x} = {value}: {e}");
     }
-    let mut bad = image("sb", CSUM);
+    let mut bad = image(CSUM);
     bad.put32(1024 + 0x60, bad.vol().superblock().feature_incompat | 0x1); // compression
     bad.reseal_superblock();
     assert!(matches!(bad.read_all(ChecksumPolicy::Verify), Err(Ext4Error::Unsupported(_))));
@@ -157,7 +138,7 @@ fn superblock_checksum_and_geometry() {
 #[test]
 fn descriptor_checksum_and_pointers() {
     skip_without_mke2fs!();
-    let mut img = image("gd", CSUM);
+    let mut img = image(CSUM);
     let (block, off) = desc_location(img.vol().superblock(), 0);
     let at = block as usize * img.block_size() + off;
     img.bytes[at + 0xE] ^= 1; // free inodes count
@@ -166,7 +147,7 @@ fn descriptor_checksum_and_pointers() {
         other => panic!("{other:?}"),
     }
     // Without descriptor checksums, a pointer outside the volume is caught.
-    let mut img = image("gd", PLAIN);
+    let mut img = image(PLAIN);
     let (block, off) = desc_location(img.vol().superblock(), 0);
     let at = block as usize * img.block_size() + off;
     img.put32(at + 0x8, 0x7FFF_FFFF); // inode table
@@ -179,7 +160,7 @@ fn descriptor_checksum_and_pointers() {
 #[test]
 fn bitmap_and_inode_checksums() {
     skip_without_mke2fs!();
-    let mut img = image("bm", CSUM);
+    let mut img = image(CSUM);
     let bitmap = img.vol().groups()[0].block_bitmap as usize;
     let at = bitmap * img.block_size() + 100;
     img.bytes[at] ^= 0x10;
@@ -187,7 +168,7 @@ fn bitmap_and_inode_checksums() {
         Err(Ext4Error::Checksum { structure, .. }) => assert_eq!(structure, "group 0 block bitmap"),
         other => panic!("{other:?}"),
     }
-    let mut img = image("ino", CSUM);
+    let mut img = image(CSUM);
     let ino = img.ino_of("/a");
     let at = img.inode_at(ino) + 0x10; // mtime
     img.bytes[at] ^= 1;
@@ -199,7 +180,7 @@ fn bitmap_and_inode_checksums() {
 
 /// Edit file /a's extent root (in its inode) and expect an extent error.
 fn extent_case(edit: impl FnOnce(&mut Image, usize), expect: &str) {
-    let mut img = image("ext", PLAIN);
+    let mut img = image(PLAIN);
     let ino = img.ino_of("/a");
     let root = img.inode_at(ino) + 0x28;
     edit(&mut img, root);
@@ -252,7 +233,7 @@ fn extent_headers_and_entries() {
 #[test]
 fn overlapping_files_are_caught() {
     skip_without_mke2fs!();
-    let mut img = image("overlap", PLAIN);
+    let mut img = image(PLAIN);
     let (a, b) = (img.ino_of("/a"), img.ino_of("/b"));
     let a_start = img.inode_at(a) + 0x28 + 12 + 8;
     let start = u32::from_le_bytes(img.bytes[a_start..a_start + 4].try_into().unwrap());
@@ -270,7 +251,7 @@ fn overlapping_files_are_caught() {
 #[test]
 fn directory_records_and_dangling_entries() {
     skip_without_mke2fs!();
-    let img = image("dir", PLAIN);
+    let img = image(PLAIN);
     let dir = img.ino_of("/dir");
     let vol = img.vol();
     let map = vol.file_map(&vol.inode(dir).unwrap()).unwrap();
@@ -292,7 +273,7 @@ fn directory_records_and_dangling_entries() {
 #[test]
 fn indirect_pointers_outside_the_volume() {
     skip_without_mke2fs!();
-    let mut img = image("ind", "-t ext3 -b 1024");
+    let mut img = image("-t ext3 -b 1024");
     let a = img.ino_of("/a");
     let at = img.inode_at(a) + 0x28 + 4 * 3; // fourth direct pointer
     img.put32(at, 0x7FFF_FFFF);

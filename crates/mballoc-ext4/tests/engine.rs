@@ -3,38 +3,15 @@
 
 use mballoc_ext4::{engine, ChecksumPolicy, MemSource, Volume};
 use mballoc_fs::{ExtentState, FileId};
-use std::process::Command;
 
 fn image(opts: &str, size: &str) -> Option<Vec<u8>> {
-    if Command::new("mke2fs").arg("-V").output().is_err() {
-        eprintln!("skipped: mke2fs not installed");
-        return None;
-    }
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("mballoc-ext4-engine-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let tree = dir.join("tree");
-    std::fs::create_dir_all(tree.join("d")).unwrap();
-    for i in 0..20u8 {
-        std::fs::write(tree.join(format!("d/f{i}")), vec![i + 1; 3000 * usize::from(i) + 1]).unwrap();
-    }
-    std::fs::write(tree.join("big"), vec![9u8; 5 << 20]).unwrap();
-    let img = dir.join("img");
-    let ok = Command::new("mke2fs")
-        .args(["-q", "-F"])
-        .args(opts.split_whitespace())
-        .arg("-d")
-        .arg(&tree)
-        .arg(&img)
-        .arg(size)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let bytes = std::fs::read(&img).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(bytes)
+    mballoc_testkit::mke2fs_image(opts, size, |tree| {
+        std::fs::create_dir_all(tree.join("d")).unwrap();
+        for i in 0..20u8 {
+            std::fs::write(tree.join(format!("d/f{i}")), vec![i + 1; 3000 * usize::from(i) + 1]).unwrap();
+        }
+        std::fs::write(tree.join("big"), vec![9u8; 5 << 20]).unwrap();
+    })
 }
 
 #[test]

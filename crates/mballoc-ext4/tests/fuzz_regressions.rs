@@ -2,9 +2,7 @@
 //! the reader) replayed through the fuzz targets' own code: each must end
 //! in a value or a typed error.
 
-#[allow(dead_code)]
-#[path = "../../../fuzz/fuzz_targets/base.rs"]
-mod base;
+use mballoc_testkit::ext4_fuzz as base;
 
 use std::path::Path;
 
@@ -25,7 +23,7 @@ fn replay(dir: &str, build: fn(&[u8]) -> Option<Vec<u8>>) -> usize {
 
 #[test]
 fn kept_fuzz_inputs_end_in_values_or_errors() {
-    if std::process::Command::new("mke2fs").arg("-V").output().is_err() {
+    if !mballoc_testkit::have("mke2fs") {
         eprintln!("skipped: mke2fs not installed");
         return;
     }

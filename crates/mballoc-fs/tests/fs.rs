@@ -1,7 +1,6 @@
 //! Targeted behaviour of the file layer.
 
-#[path = "../../mballoc/tests/common.rs"]
-mod common;
+use mballoc_testkit as common;
 
 use mballoc::{Geometry, Tunables};
 use mballoc_fs::{

@@ -10,8 +10,7 @@
 //! `MBALLOC_SEED` replays one seed; `MBALLOC_TEST_SCALE` multiplies the
 //! number of seeds and operations.
 
-#[path = "../../mballoc/tests/common.rs"]
-mod common;
+use mballoc_testkit as common;
 
 use mballoc::{Geometry, Tunables};
 use mballoc_fs::RangeSet;

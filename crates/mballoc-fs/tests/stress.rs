@@ -4,8 +4,7 @@
 //! counter balanced), and the next round starts. Both placements and both
 //! lock configurations. `MBALLOC_SEED` replays, `MBALLOC_TEST_SCALE` grows it.
 
-#[path = "../../mballoc/tests/common.rs"]
-mod common;
+use mballoc_testkit as common;
 
 use mballoc::Geometry;
 use mballoc_fs::{Concurrency, FallocateMode, FileId, Fs, FsConfig, FsError, StreamPlacement};

@@ -10,16 +10,22 @@ use std::time::{Duration, Instant};
 
 /// Result of a fallocate2 run.
 pub struct Fallocate2 {
+    /// Worker threads.
     pub threads: usize,
+    /// Allocations made, all workers.
     pub ops: u64,
+    /// Wall-clock time of the run.
     pub elapsed: Duration,
+    /// Allocations per worker.
     pub per_thread: Vec<u64>,
 }
 
 impl Fallocate2 {
+    /// Allocations per second, all workers.
     pub fn ops_per_s(&self) -> f64 {
         self.ops as f64 / self.elapsed.as_secs_f64()
     }
+    /// Nanoseconds of one worker's time per allocation.
     pub fn ns_per_op(&self) -> f64 {
         self.elapsed.as_nanos() as f64 * self.threads as f64 / self.ops as f64
     }
@@ -76,23 +82,32 @@ pub fn fallocate2(threads: usize, duration: Duration, stats: bool) -> Fallocate2
 
 /// Result of a fragmented-volume run.
 pub struct Fragmented {
+    /// Requests made.
     pub requests: u64,
+    /// Wall-clock time of the requests.
     pub elapsed: Duration,
+    /// Most groups one request scanned.
     pub max_groups_scanned: u32,
+    /// The allocator's statistics over the run.
     pub stats: MbStats,
+    /// The same as `mb_stats` text.
     pub mb_stats: String,
 }
 
 impl Fragmented {
+    /// Nanoseconds per request.
     pub fn ns_per_request(&self) -> f64 {
         self.elapsed.as_nanos() as f64 / self.requests as f64
     }
+    /// Groups scanned under their lock, per request.
     pub fn groups_scanned_per_request(&self) -> f64 {
         self.stats.groups_scanned as f64 / self.requests as f64
     }
+    /// Free extents measured, per request.
     pub fn extents_scanned_per_request(&self) -> f64 {
         self.stats.extents_scanned as f64 / self.requests as f64
     }
+    /// Groups looked at (summary read), per request.
     pub fn groups_considered_per_request(&self) -> f64 {
         self.stats.cr_groups_considered.iter().sum::<u64>() as f64 / self.requests as f64
     }

@@ -14,10 +14,10 @@
 //! ```
 //!
 //! * [`workload`]: operations on files by concurrent jobs, described once in
-//!   TOML, expanded lazily; the trace format (one op per line) for replay.
+//!   TOML, expanded lazily; [`trace`]: the same, one op per line, for replay.
 //! * [`backend`]: the [`backend::Target`] trait, implemented by the engine
 //!   (mballoc-fs in this process) and by loop-mounted kernel file systems
-//!   driven with system calls ([`kernel`], [`sys`]). Both answer the same
+//!   driven with system calls ([`mount`], [`sys`]). Both answer the same
 //!   questions after a run, so every metric is computed by the same code.
 //! * [`runner`]: one thread per stream (or all streams in turn), released
 //!   together, until the streams end or a deadline; counters per stream,
@@ -29,12 +29,21 @@
 //! A kernel backend that cannot run (not root, no loop device, no mkfs) is
 //! skipped with one line in the report, never an error.
 
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
 pub mod backend;
 pub mod core_workloads;
-pub mod kernel;
+pub mod error;
 pub mod metrics;
+pub mod mount;
 pub mod report;
 pub mod runner;
 pub mod scenarios;
+#[allow(unsafe_code)] // the system calls, each block with its SAFETY comment
 pub mod sys;
+pub mod trace;
+pub mod units;
 pub mod workload;
+
+pub use error::{chain, LabError};

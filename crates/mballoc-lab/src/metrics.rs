@@ -11,15 +11,20 @@ use mballoc::report::FreeSpaceHistogram;
 /// One extent record of a file, in blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record {
+    /// First logical block.
     pub logical: u64,
+    /// First physical block.
     pub physical: u64,
+    /// Blocks.
     pub len: u64,
 }
 
 /// A file's layout: its records in logical order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileLayout {
+    /// The file's name in the workload.
     pub name: String,
+    /// Its records in logical order.
     pub records: Vec<Record>,
 }
 
@@ -41,6 +46,7 @@ impl FileLayout {
 pub struct E4defrag {
     /// Σ now / Σ best extents.
     pub now: u64,
+    /// Σ best extents (one per flex group's worth of blocks).
     pub best: u64,
     /// "Average size per extent" in KiB.
     pub avg_extent_kib: u64,
@@ -73,9 +79,13 @@ pub fn e4defrag(files: &[FileLayout], block_size: u32, blocks_per_flex: u64) -> 
 /// The free space of a volume: maximal free runs, in blocks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FreeSpace {
+    /// Bytes per block.
     pub block_size: u32,
+    /// Blocks on the volume.
     pub total_blocks: u64,
+    /// Free blocks.
     pub free_blocks: u64,
+    /// Lengths of the maximal free runs, in volume order.
     pub runs: Vec<u64>,
 }
 

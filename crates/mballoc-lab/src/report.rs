@@ -9,12 +9,16 @@ use std::fmt::Write as _;
 /// One result row: a backend, a variant of it, and named metrics.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// Backend name (`engine`, `ext4`, ...).
     pub backend: String,
+    /// The configuration of the backend this row ran.
     pub variant: String,
+    /// Named values.
     pub metrics: Map<String, Value>,
 }
 
 impl Row {
+    /// An empty row.
     pub fn new(backend: &str, variant: &str) -> Row {
         Row { backend: backend.into(), variant: variant.into(), metrics: Map::new() }
     }
@@ -34,8 +38,11 @@ impl Row {
 /// A table column: a metric key, its header, its decimals.
 #[derive(Debug, Clone)]
 pub struct Column {
+    /// The metric shown.
     pub key: &'static str,
+    /// Its column header.
     pub header: &'static str,
+    /// Decimals printed for a fractional value.
     pub decimals: usize,
 }
 
@@ -48,31 +55,48 @@ pub const fn col(key: &'static str, header: &'static str, decimals: usize) -> Co
 #[derive(Debug, Clone)]
 pub enum Plot {
     /// `y` against `x`, one line per backend/variant; log-2 x axis.
-    Lines { title: String, x: &'static str, y: &'static str },
+    Lines {
+        /// Shown above the plot.
+        title: String,
+        /// The metric on the x axis.
+        x: &'static str,
+        /// The metric on the y axis.
+        y: &'static str,
+    },
     /// Per row, the share of free blocks in each e2freefrag bucket (the
     /// row's `free_hist_blocks` metric).
-    FreeHistograms { title: String },
+    FreeHistograms {
+        /// Shown above the plots.
+        title: String,
+    },
 }
 
 /// A scenario's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioReport {
+    /// Short name (`fio-falloc`).
     pub name: String,
+    /// One line on what was run.
     pub title: String,
+    /// The rows, in run order.
     pub rows: Vec<Row>,
     /// Backends that could not run here, with the reason.
     pub skipped: Vec<String>,
+    /// Remarks printed under the table.
     pub notes: Vec<String>,
     #[serde(skip)]
+    /// The table's columns.
     pub columns: Vec<Column>,
     /// Preformatted blocks (mb_stats, e2freefrag output), titled.
     #[serde(skip)]
     pub sections: Vec<(String, String)>,
     #[serde(skip)]
+    /// Plots of the rows.
     pub plots: Vec<Plot>,
 }
 
 impl ScenarioReport {
+    /// An empty report with these columns.
     pub fn new(name: &str, title: &str, columns: Vec<Column>) -> Self {
         ScenarioReport {
             name: name.into(),
@@ -160,8 +184,11 @@ fn cell(v: Option<&Value>, decimals: usize) -> String {
 /// A whole lab run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The seed every random choice came from.
     pub seed: u64,
+    /// Whether sizes were scaled down (`--quick`).
     pub quick: bool,
+    /// Each scenario's results, in run order.
     pub scenarios: Vec<ScenarioReport>,
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 /// What a run did.
 #[derive(Debug, Clone)]
 pub struct RunStats {
+    /// From the release of the streams to the last one's end (or the deadline).
     pub elapsed: Duration,
     /// Data operations (fallocate, write, punch) per stream.
     pub data_ops: Vec<u64>,
@@ -28,18 +29,22 @@ pub struct RunStats {
 }
 
 impl RunStats {
+    /// Data operations of all streams.
     pub fn total_data_ops(&self) -> u64 {
         self.data_ops.iter().sum()
     }
 
+    /// Data operations per second.
     pub fn ops_per_s(&self) -> f64 {
         self.total_data_ops() as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// MiB per second that data operations covered.
     pub fn mib_per_s(&self) -> f64 {
         self.bytes as f64 / (1u64 << 20) as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// Files created per second.
     pub fn creates_per_s(&self) -> f64 {
         self.creates as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -78,26 +83,15 @@ pub fn thread_cpu_ns() -> Option<u64> {
 }
 
 /// A failed run: which operation, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("stream {stream}: {} of file slot {} at {}+{}: {error}", op.kind.name(), op.file, op.offset, op.len)]
 pub struct RunError {
+    /// The stream whose operation failed.
     pub stream: usize,
+    /// The operation.
     pub op: Op,
+    /// Why.
     pub error: OpError,
-}
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "stream {}: {} of file slot {} at {}+{}: {}",
-            self.stream,
-            self.op.kind.name(),
-            self.op.file,
-            self.op.offset,
-            self.op.len,
-            self.error
-        )
-    }
 }
 
 #[derive(Default)]

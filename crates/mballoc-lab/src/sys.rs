@@ -38,9 +38,13 @@ pub fn fallocate(file: &File, mode: FallocMode, offset: u64, len: u64) -> io::Re
 /// One FIEMAP record, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FiemapRecord {
+    /// Logical byte offset.
     pub logical: u64,
+    /// Physical byte offset.
     pub physical: u64,
+    /// Bytes.
     pub len: u64,
+    /// `FIEMAP_EXTENT_*` flags.
     pub flags: u32,
 }
 
@@ -118,10 +122,15 @@ pub fn fiemap(file: &File) -> io::Result<Vec<FiemapRecord>> {
 /// One GETFSMAP record, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FsmapRecord {
+    /// Device number.
     pub device: u32,
+    /// Physical byte offset.
     pub physical: u64,
+    /// Bytes.
     pub len: u64,
+    /// Owner code (`FMR_OWN_FREE` for free space).
     pub owner: u64,
+    /// `FMR_OF_*` flags.
     pub flags: u32,
 }
 
@@ -260,6 +269,17 @@ pub fn bind_current_thread(cpu: usize) -> io::Result<()> {
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the
     // calling thread.
     let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `syncfs`: write back every file of the file system holding `file`,
+/// and its journal.
+pub fn syncfs(file: &File) -> io::Result<()> {
+    // SAFETY: the descriptor is open for the duration of the call.
+    let r = unsafe { libc::syncfs(file.as_raw_fd()) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }

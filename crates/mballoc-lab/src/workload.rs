@@ -22,76 +22,35 @@
 //! assert_eq!(w.streams()[0].ops().count(), 257);
 //! ```
 //!
-//! A trace is the expanded form: one operation per line, `STREAM OP FILE
-//! [OFFSET LEN]`, after a header naming the volume. Traces replay exactly
-//! what a workload (or a recording) did, stream by stream.
+//! A trace ([`crate::trace`]) is the expanded form of a workload.
 
+pub use crate::units::Size;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::fmt;
 use thiserror::Error;
 
 /// A workload or trace that cannot be used.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum WorkloadError {
+    /// TOML that does not parse into a workload.
     #[error("workload TOML: {0}")]
     Toml(String),
+    /// A workload no backend could run.
     #[error("workload {name:?}: {why}")]
-    Invalid { name: String, why: String },
+    Invalid {
+        /// The workload's name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A trace line that does not parse.
     #[error("trace line {line}: {why}")]
-    Trace { line: usize, why: String },
-}
-
-/// A byte count; in TOML a number or a string like `"4K"`, `"1G"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Size(pub u64);
-
-impl Size {
-    /// Parse `123`, `4K`, `8M`, `1G`, `2T` (powers of 1024).
-    pub fn parse(s: &str) -> Option<Size> {
-        let s = s.trim();
-        let (digits, shift) = match s.chars().last()?.to_ascii_uppercase() {
-            'K' => (&s[..s.len() - 1], 10),
-            'M' => (&s[..s.len() - 1], 20),
-            'G' => (&s[..s.len() - 1], 30),
-            'T' => (&s[..s.len() - 1], 40),
-            _ => (s, 0),
-        };
-        let n: u64 = digits.trim().parse().ok()?;
-        n.checked_mul(1 << shift).map(Size)
-    }
-}
-
-impl fmt::Display for Size {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-            if self.0 != 0 && self.0 % (1 << shift) == 0 {
-                return write!(f, "{}{unit}", self.0 >> shift);
-            }
-        }
-        write!(f, "{}", self.0)
-    }
-}
-
-impl Serialize for Size {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for Size {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Repr {
-            N(u64),
-            S(String),
-        }
-        match Repr::deserialize(d)? {
-            Repr::N(n) => Ok(Size(n)),
-            Repr::S(s) => Size::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("bad size {s:?}"))),
-        }
-    }
+    Trace {
+        /// The line (from 1).
+        line: usize,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 /// What an operation does.
@@ -153,7 +112,7 @@ impl OpKind {
         matches!(self, OpKind::Fallocate | OpKind::FallocateKeepSize | OpKind::Write | OpKind::Punch)
     }
 
-    fn takes_range(self) -> bool {
+    pub(crate) fn takes_range(self) -> bool {
         matches!(self, OpKind::Fallocate | OpKind::FallocateKeepSize | OpKind::Write | OpKind::Punch | OpKind::Truncate)
     }
 }
@@ -161,9 +120,13 @@ impl OpKind {
 /// One operation on one file (a slot in the workload's file table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Op {
+    /// What it does.
     pub kind: OpKind,
+    /// The file slot.
     pub file: u32,
+    /// Byte offset (for `truncate`, the new size).
     pub offset: u64,
+    /// Bytes.
     pub len: u64,
 }
 
@@ -171,11 +134,13 @@ pub struct Op {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Step {
+    /// The operation.
     pub op: OpKind,
     /// First offset (for `truncate`, the new size).
     #[serde(default)]
     pub offset: Size,
     #[serde(default)]
+    /// Bytes per operation.
     pub len: Size,
     /// Operations in this step.
     #[serde(default = "one")]
@@ -211,8 +176,10 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Job {
+    /// Name (one word): files are `NAME.CLONE.FILE`.
     pub name: String,
     #[serde(default = "one_u32")]
+    /// Concurrent copies.
     pub clones: u32,
     /// Files per clone.
     #[serde(default = "one_u32")]
@@ -220,6 +187,7 @@ pub struct Job {
     /// Steps run once per file before the repeated ones.
     #[serde(default)]
     pub setup: Vec<Step>,
+    /// Steps run `repeat` times over the clone's files.
     pub steps: Vec<Step>,
     /// Times to run `steps` over the clone's files; 0: until time runs out.
     #[serde(default = "one")]
@@ -252,13 +220,16 @@ pub enum Interleave {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Workload {
+    /// Name, shown in reports.
     pub name: String,
     /// Volume size for backends that make one.
     #[serde(default = "default_volume")]
     pub volume: Size,
     #[serde(default = "default_block")]
+    /// Block size in bytes.
     pub block_size: u32,
     #[serde(default)]
+    /// How the clones' operations are issued.
     pub interleave: Interleave,
     /// Start every volume from this ext4 image instead of an empty one
     /// (the engine loads it; ext4 mounts a copy). `volume` and
@@ -269,6 +240,7 @@ pub struct Workload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds: Option<f64>,
     #[serde(rename = "job")]
+    /// The jobs.
     pub jobs: Vec<Job>,
 }
 
@@ -365,7 +337,12 @@ impl Workload {
 #[derive(Debug, Clone)]
 pub enum StreamSpec {
     /// Generated from a job's steps.
-    Job { job: Job, first_file: u32 },
+    Job {
+        /// The job.
+        job: Job,
+        /// The clone's first file slot.
+        first_file: u32,
+    },
     /// Listed (a trace).
     Listed(std::sync::Arc<Vec<Op>>),
 }
@@ -400,156 +377,6 @@ fn job_ops(job: &Job, first_file: u32) -> impl Iterator<Item = Op> + Send + '_ {
     setup.chain(body)
 }
 
-/// An expanded workload: streams of listed operations.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Trace {
-    pub volume: u64,
-    pub block_size: u32,
-    pub interleave: Interleave,
-    pub files: Vec<String>,
-    pub streams: Vec<Vec<Op>>,
-}
-
-const TRACE_MAGIC: &str = "# mballoc trace 1";
-
-impl Trace {
-    /// Expand a workload; fails if a job repeats forever or the expansion
-    /// exceeds `max_ops`.
-    pub fn from_workload(w: &Workload, max_ops: usize) -> Result<Trace, WorkloadError> {
-        let mut streams = Vec::new();
-        let mut total = 0usize;
-        for s in w.streams() {
-            if s.endless() {
-                return Err(WorkloadError::Invalid {
-                    name: w.name.clone(),
-                    why: "a timed job has no finite trace".into(),
-                });
-            }
-            let ops: Vec<Op> = s.ops().take(max_ops.saturating_sub(total) + 1).collect();
-            total += ops.len();
-            if total > max_ops {
-                return Err(WorkloadError::Invalid {
-                    name: w.name.clone(),
-                    why: format!("more than {max_ops} operations"),
-                });
-            }
-            streams.push(ops);
-        }
-        Ok(Trace {
-            volume: w.volume.0,
-            block_size: w.block_size,
-            interleave: w.interleave,
-            files: w.file_names(),
-            streams,
-        })
-    }
-
-    /// The text form.
-    pub fn write(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
-        writeln!(out, "{TRACE_MAGIC}")?;
-        writeln!(out, "volume {}", self.volume)?;
-        writeln!(out, "block-size {}", self.block_size)?;
-        let il = match self.interleave {
-            Interleave::Threads => "threads",
-            Interleave::PinnedThreads => "pinned-threads",
-            Interleave::InTurn => "in-turn",
-        };
-        writeln!(out, "interleave {il}")?;
-        for (i, ops) in self.streams.iter().enumerate() {
-            for op in ops {
-                let name = &self.files[op.file as usize];
-                if op.kind.takes_range() {
-                    writeln!(out, "{i} {} {name} {} {}", op.kind.name(), op.offset, op.len)?;
-                } else {
-                    writeln!(out, "{i} {} {name}", op.kind.name())?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Parse the text form.
-    pub fn parse(text: &str) -> Result<Trace, WorkloadError> {
-        let err = |line: usize, why: String| WorkloadError::Trace { line, why };
-        let mut lines = text.lines().enumerate();
-        match lines.next() {
-            Some((_, l)) if l.trim() == TRACE_MAGIC => {}
-            _ => return Err(err(1, format!("expected {TRACE_MAGIC:?}"))),
-        }
-        let mut t =
-            Trace { volume: 0, block_size: 4096, interleave: Interleave::Threads, files: vec![], streams: vec![] };
-        let mut slots: HashMap<String, u32> = HashMap::new();
-        let num = |n: usize, s: Option<&str>, what: &str| -> Result<u64, WorkloadError> {
-            s.and_then(|s| s.parse().ok()).ok_or_else(|| err(n, format!("expected {what}")))
-        };
-        for (i, line) in lines {
-            let n = i + 1;
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let mut w = line.split_whitespace();
-            let first = w.next().expect("non-empty line has a word");
-            match first {
-                "volume" => t.volume = num(n, w.next(), "a byte count")?,
-                "block-size" => {
-                    t.block_size = u32::try_from(num(n, w.next(), "a block size")?)
-                        .map_err(|_| err(n, "block size too large".into()))?
-                }
-                "interleave" => {
-                    t.interleave = match w.next() {
-                        Some("threads") => Interleave::Threads,
-                        Some("pinned-threads") => Interleave::PinnedThreads,
-                        Some("in-turn") => Interleave::InTurn,
-                        other => return Err(err(n, format!("unknown interleave {other:?}"))),
-                    }
-                }
-                _ => {
-                    let stream = num(n, Some(first), "a stream number")? as usize;
-                    if stream > 1 << 20 {
-                        return Err(err(n, format!("stream {stream} is out of range")));
-                    }
-                    let kind_name = w.next().ok_or_else(|| err(n, "missing operation".into()))?;
-                    let kind = OpKind::ALL
-                        .into_iter()
-                        .find(|k| k.name() == kind_name)
-                        .ok_or_else(|| err(n, format!("unknown operation {kind_name:?}")))?;
-                    let name = w.next().ok_or_else(|| err(n, "missing file name".into()))?;
-                    let next_slot = t.files.len() as u32;
-                    let file = *slots.entry(name.to_string()).or_insert_with(|| {
-                        t.files.push(name.to_string());
-                        next_slot
-                    });
-                    let (offset, len) = if kind.takes_range() {
-                        (num(n, w.next(), "an offset")?, num(n, w.next(), "a length")?)
-                    } else {
-                        (0, 0)
-                    };
-                    if kind.takes_range() && kind != OpKind::Truncate && len == 0 {
-                        return Err(err(n, format!("{kind_name} with zero length")));
-                    }
-                    if w.next().is_some() {
-                        return Err(err(n, "trailing words".into()));
-                    }
-                    if t.streams.len() <= stream {
-                        t.streams.resize_with(stream + 1, Vec::new);
-                    }
-                    t.streams[stream].push(Op { kind, file, offset, len });
-                }
-            }
-        }
-        if t.volume == 0 {
-            return Err(err(1, "no `volume` line".into()));
-        }
-        Ok(t)
-    }
-
-    /// The streams, ready to run.
-    pub fn stream_specs(&self) -> Vec<StreamSpec> {
-        self.streams.iter().map(|s| StreamSpec::Listed(std::sync::Arc::new(s.clone()))).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,17 +393,6 @@ mod tests {
         steps = [{ op = "fallocate", len = "4K", count = 3 }, { op = "truncate", offset = 0 }]
         repeat = 2
     "#;
-
-    #[test]
-    fn sizes_parse_and_print() {
-        assert_eq!(Size::parse("4K"), Some(Size(4096)));
-        assert_eq!(Size::parse("1g"), Some(Size(1 << 30)));
-        assert_eq!(Size::parse("12"), Some(Size(12)));
-        assert_eq!(Size::parse("K"), None);
-        assert_eq!(Size::parse("99999999999T"), None);
-        assert_eq!(Size(3 << 20).to_string(), "3M");
-        assert_eq!(Size(4097).to_string(), "4097");
-    }
 
     #[test]
     fn streams_expand_setup_then_rounds() {
@@ -599,26 +415,7 @@ mod tests {
     }
 
     #[test]
-    fn trace_round_trips() {
-        let w = Workload::from_toml(APPENDERS).unwrap();
-        let t = Trace::from_workload(&w, 1000).unwrap();
-        let mut text = Vec::new();
-        t.write(&mut text).unwrap();
-        let back = Trace::parse(std::str::from_utf8(&text).unwrap()).unwrap();
-        assert_eq!(back, t);
-        assert!(Trace::from_workload(&w, 10).is_err());
-        for il in ["threads", "pinned-threads"] {
-            let w = Workload::from_toml(&APPENDERS.replace("in-turn", il)).unwrap();
-            let t = Trace::from_workload(&w, 1000).unwrap();
-            let mut text = Vec::new();
-            t.write(&mut text).unwrap();
-            let back = Trace::parse(std::str::from_utf8(&text).unwrap()).unwrap();
-            assert_eq!((back.interleave, &back), (w.interleave, &t));
-        }
-    }
-
-    #[test]
-    fn bad_workloads_and_traces_are_typed_errors() {
+    fn bad_workloads_are_typed_errors() {
         for bad in [
             "name = 'x'\njob = []",
             "name = 'x'\nblock_size = 3000\n[[job]]\nname = 'j'\nsteps = []",
@@ -628,17 +425,6 @@ mod tests {
             "name = 'x'\n[[job]]\nname = 'j'\nclones = 0\nsteps = []",
         ] {
             assert!(Workload::from_toml(bad).is_err(), "{bad}");
-        }
-        for bad in [
-            "",
-            "# mballoc trace 1\n0 create f",
-            "# mballoc trace 1\nvolume 1M\n0 write f 0",
-            "# mballoc trace 1\nvolume 1M\n0 write f 0 0",
-            "# mballoc trace 1\nvolume 1M\nx create f",
-            "# mballoc trace 1\nvolume 1M\n0 fly f",
-            "# mballoc trace 1\nvolume 1M\n99999999 create f",
-        ] {
-            assert!(Trace::parse(bad).is_err(), "{bad:?}");
         }
     }
 }

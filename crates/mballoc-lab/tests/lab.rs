@@ -4,7 +4,7 @@
 //! output on the unmounted image.
 
 use mballoc_lab::backend::{BackendKind, Target};
-use mballoc_lab::kernel::KernelFs;
+use mballoc_lab::mount::KernelFs;
 use mballoc_lab::report::Report;
 use mballoc_lab::runner;
 use mballoc_lab::scenarios::{self, Env};
@@ -75,7 +75,7 @@ fn engine_targets_hold_their_marks() {
 }
 
 fn root() -> bool {
-    mballoc_lab::sys::is_root() && std::path::Path::new("/dev/loop-control").exists()
+    mballoc_testkit::can_loop_mount()
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn freefrag_layout_matches_e2freefrag_on_a_kernel_ext4_image() {
     let ours = t.free_space().unwrap().histogram();
     let image = t.unmount().unwrap();
     let device = image.path().display().to_string();
-    let theirs = mballoc_lab::kernel::output(std::process::Command::new("e2freefrag").arg(image.path())).unwrap();
+    let theirs = mballoc_lab::mount::output(std::process::Command::new("e2freefrag").arg(image.path())).unwrap();
     assert_eq!(ours.render(&device), theirs);
 }
 

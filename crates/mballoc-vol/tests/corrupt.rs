@@ -81,7 +81,7 @@ fn mount_checks_clean(bytes: Vec<u8>, what: &str) {
 
 #[test]
 fn flipped_metadata_never_panics_or_writes() {
-    let cases = std::env::var("MBALLOC_CORRUPT_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300u64);
+    let cases = mballoc_testkit::knob("MBALLOC_CORRUPT_CASES", 300);
     for clean in [false, true] {
         let (base, meta_bytes) = image(clean);
         let seed = 0xBAD + u64::from(clean);

@@ -17,10 +17,6 @@ use std::sync::Arc;
 const BS: u64 = 1024;
 const DEV_BYTES: u64 = 8 << 20;
 
-fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 fn format_opts() -> FormatOptions {
     FormatOptions {
         block_size: BS as u32,
@@ -221,9 +217,9 @@ fn verify(image: Vec<u8>, model: &Model, point: usize, torn: bool) -> Result<(),
 
 #[test]
 fn every_crash_point_recovers() {
-    let seeds = knob("MBALLOC_CRASH_SEEDS", 4);
-    let ops = knob("MBALLOC_CRASH_OPS", 120);
-    let base_seed = knob("MBALLOC_CRASH_SEED", 0x5eed);
+    let seeds = mballoc_testkit::knob("MBALLOC_CRASH_SEEDS", 4);
+    let ops = mballoc_testkit::knob("MBALLOC_CRASH_OPS", 120);
+    let base_seed = mballoc_testkit::knob("MBALLOC_CRASH_SEED", 0x5eed);
     let mut points = 0;
     for s in 0..seeds {
         let seed = base_seed + s;

@@ -3,7 +3,7 @@
 //! kernel's: 4 groups of 1024 allocation units (8192 blocks in 8-block
 //! clusters), unit 0 of group 0 reserved as metadata, goal group 1.
 
-mod common;
+use mballoc_testkit as common;
 
 use mballoc::{Allocator, Buddy, Geometry};
 use rand::Rng;

@@ -3,7 +3,7 @@
 //! extent overlaps another live extent or a reserved block; free counts add up;
 //! and a failed operation changes nothing.
 
-mod common;
+use mballoc_testkit as common;
 
 use mballoc::{AllocRequest, Allocator, Error, Geometry, OptimizeScan, Tunables};
 use proptest::prelude::*;

@@ -6,14 +6,16 @@
 //! optimize_scan, the default vs a tuned preallocation table, with and
 //! without Lustre's pass-skipping thresholds.
 
-use super::{engine, fill_and_punch, kernel, layout_metrics, measure, persistent_engine, Env};
-use crate::backend::{BackendKind, EngineTarget, Target, WriteMode};
-use crate::kernel::KernelFs;
+use super::{engine, fill_and_punch, for_each_variant, kernel_variants, layout_metrics, measure, Env, Variant};
+use crate::backend::{EngineTarget, Target, WriteMode};
+use crate::error::{Context, LabError};
 use crate::report::{col, Row, ScenarioReport};
+use crate::runner;
 use crate::workload::{Interleave, Job, Op, OpKind, Size, Step, Workload};
 use mballoc::{BestAvailFloor, OptimizeScan, Tunables};
-use mballoc_fs::{FsConfig, Normalization, PreallocTable};
+use mballoc_fs::{Normalization, PreallocTable};
 
+/// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 003: a volume aged to ~78% with 50-block free extents, then a 1 MiB-step sequential write; fresh vs aged throughput, extents scanned per request";
 
@@ -54,7 +56,7 @@ pub fn workload(volume: u64, write: u64) -> Workload {
 
 /// Age the volume of workload `w` through slot 0. A volume started from
 /// an image is already aged: the image is the aged volume.
-pub fn age(t: &dyn Target, w: &Workload) -> Result<(), String> {
+pub fn age(t: &dyn Target, w: &Workload) -> Result<(), LabError> {
     let block = u64::from(w.block_size);
     fill_and_punch(t, w, 100 * block, 50 * block, 50 * block, |i| i % 50 < PUNCHED_PERIODS)
 }
@@ -68,7 +70,7 @@ struct Phase {
     row: Row,
 }
 
-fn write_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Phase, String> {
+fn write_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Phase, LabError> {
     let before = t.counters();
     let r = measure(env, t, w, Some("dd"), label)?;
     let mut row = Row::new("", "");
@@ -99,12 +101,12 @@ fn used_pct(t: &dyn Target) -> Option<f64> {
 const RUNS: usize = 3;
 
 /// The fastest of [`RUNS`] write phases on `t`.
-fn best_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Phase, String> {
+fn best_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Phase, LabError> {
     let mut best: Option<Phase> = None;
     for run in 0..RUNS {
         if run > 0 {
             let unlink = Op { kind: OpKind::Unlink, file: DD_SLOT, offset: 0, len: 0 };
-            t.apply(&unlink).map_err(|e| format!("{label}: removing the written file: {e}"))?;
+            runner::apply_all(t, [unlink]).context(format!("{label}: removing the written file"))?;
             t.sync();
         }
         let p = write_phase(env, t, w, &format!("{label} ({}/{RUNS})", run + 1))?;
@@ -115,24 +117,19 @@ fn best_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Ph
     Ok(best.expect("at least one run"))
 }
 
-/// Fresh then aged, each on a new volume made by `make` for a workload.
-/// Started from an image, the fresh volume is an empty one of the image's
-/// size and the aged one is the image.
-fn pair<T: Target>(
-    env: &Env,
-    w: &Workload,
-    backend: &str,
-    variant: &str,
-    mut make: impl FnMut(&Workload) -> Result<T, String>,
-) -> Result<Row, String> {
+/// Fresh then aged, each on a new volume of variant `v`. Started from an
+/// image, the fresh volume is an empty one of the image's size and the
+/// aged one is the image.
+fn pair(env: &Env, w: &Workload, v: &Variant) -> Result<Row, LabError> {
+    let (backend, variant) = (v.backend().name(), v.label());
     let empty = Workload { image: None, ..w.clone() };
-    let fresh = make(&empty)?;
-    let f = best_phase(env, &fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
+    let fresh = v.target(&empty)?;
+    let f = best_phase(env, &*fresh, w, &format!("aged {backend} {variant}: fresh write"))?;
     drop(fresh);
-    let aged = make(w)?;
-    age(&aged, w)?;
-    let used = used_pct(&aged);
-    let a = best_phase(env, &aged, w, &format!("aged {backend} {variant}: aged write"))?;
+    let aged = v.target(w)?;
+    age(&*aged, w)?;
+    let used = used_pct(&*aged);
+    let a = best_phase(env, &*aged, w, &format!("aged {backend} {variant}: aged write"))?;
     let mut row = a.row;
     row.backend = backend.into();
     row.variant = variant.into();
@@ -147,7 +144,7 @@ fn pair<T: Target>(
 /// The ldiskfs way of tuning the table: keep only window sizes the aged
 /// volume's buddies can still give (seed 003's build_prealloc.sh over
 /// mb_groups).
-fn tuned_table(w: &Workload) -> Result<PreallocTable, String> {
+fn tuned_table(w: &Workload) -> Result<PreallocTable, LabError> {
     let probe: EngineTarget = engine(w, WriteMode::Delalloc, |_| {})?;
     age(&probe, w)?;
     let a = probe.fs().allocator();
@@ -158,9 +155,10 @@ fn tuned_table(w: &Workload) -> Result<PreallocTable, String> {
         }
     }
     let sizes: Vec<u32> = (2..=top.max(2)).map(|k| 1u32 << k).collect();
-    PreallocTable::new(sizes, 256, 1024).map_err(|e| e.to_string())
+    Ok(PreallocTable::new(sizes, 256, 1024)?)
 }
 
+/// Run the scenario.
 pub fn run(env: &Env) -> ScenarioReport {
     let (volume, write) = if env.quick { (1u64 << 30, 128u64 << 20) } else { (8 << 30, 1 << 30) };
     let w = env.workload(workload(volume, write));
@@ -189,55 +187,31 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("breaks", "breaks", 0),
         ],
     );
-    if env.wants(BackendKind::Engine) {
-        let table = tuned_table(&w);
-        if let Ok(t) = &table {
+    let mut variants = Vec::new();
+    if env.wants(crate::backend::BackendKind::Engine) {
+        let table = tuned_table(&w).ok();
+        if let Some(t) = &table {
             rep.notes.push(format!("tuned table (from the aged volume's buddies): {:?} blocks", t.sizes()));
         }
-        type Tweak = Box<dyn Fn(&mut FsConfig)>;
-        let table2 = table.clone().ok();
-        let variants: Vec<(&str, Tweak)> = vec![
-            ("optimize_scan", Box::new(|c: &mut FsConfig| c.tunables.mb_optimize_scan = OptimizeScan::On)),
-            ("linear scan", Box::new(|c: &mut FsConfig| c.tunables.mb_optimize_scan = OptimizeScan::Off)),
-            (
-                "optimize_scan, trim to minimum",
-                Box::new(|c: &mut FsConfig| {
-                    c.tunables.mb_optimize_scan = OptimizeScan::On;
-                    c.tunables.mb_best_avail_max_trim_order = 16;
-                    c.tunables.mb_best_avail_floor = BestAvailFloor::Minimum;
-                }),
-            ),
-            (
-                "optimize_scan, tuned table",
-                Box::new(move |c: &mut FsConfig| {
-                    c.tunables.mb_optimize_scan = OptimizeScan::On;
-                    if let Some(t) = &table2 {
-                        c.normalization = Normalization::Table(t.clone());
-                    }
-                }),
-            ),
-            (
-                "optimize_scan, c1/c2/c3 thresholds",
-                Box::new(|c: &mut FsConfig| {
-                    c.tunables = Tunables { mb_optimize_scan: OptimizeScan::On, ..c.tunables.with_lustre_thresholds() }
-                }),
-            ),
-            (
-                "linear scan, c1/c2/c3 thresholds",
-                Box::new(|c: &mut FsConfig| {
-                    c.tunables = Tunables { mb_optimize_scan: OptimizeScan::Off, ..c.tunables.with_lustre_thresholds() }
-                }),
-            ),
-        ];
-        for (variant, tweak) in &variants {
-            if variant.contains("tuned") && table.is_err() {
-                continue;
-            }
-            match pair(env, &w, "engine", variant, |v| engine(v, WriteMode::Delalloc, |c| tweak(c))) {
-                Ok(r) => rep.rows.push(r),
-                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
-            }
+        variants.push(Variant::engine("optimize_scan", |c| c.tunables.mb_optimize_scan = OptimizeScan::On));
+        variants.push(Variant::engine("linear scan", |c| c.tunables.mb_optimize_scan = OptimizeScan::Off));
+        variants.push(Variant::engine("optimize_scan, trim to minimum", |c| {
+            c.tunables.mb_optimize_scan = OptimizeScan::On;
+            c.tunables.mb_best_avail_max_trim_order = 16;
+            c.tunables.mb_best_avail_floor = BestAvailFloor::Minimum;
+        }));
+        if let Some(table) = table {
+            variants.push(Variant::engine("optimize_scan, tuned table", move |c| {
+                c.tunables.mb_optimize_scan = OptimizeScan::On;
+                c.normalization = Normalization::Table(table.clone());
+            }));
         }
+        variants.push(Variant::engine("optimize_scan, c1/c2/c3 thresholds", |c| {
+            c.tunables = Tunables { mb_optimize_scan: OptimizeScan::On, ..c.tunables.with_lustre_thresholds() }
+        }));
+        variants.push(Variant::engine("linear scan, c1/c2/c3 thresholds", |c| {
+            c.tunables = Tunables { mb_optimize_scan: OptimizeScan::Off, ..c.tunables.with_lustre_thresholds() }
+        }));
         // The same write on a volume that carries the data: the folio
         // cache, writeback to the device file and the journal, as a kernel
         // file system pays them. These are the rows to set beside the
@@ -245,33 +219,25 @@ pub fn run(env: &Env) -> ScenarioReport {
         if w.image.is_some() {
             rep.notes.push("engine on a device: skipped, a persistent volume starts empty, not from an image".into());
         } else {
-            for (variant, tweak) in variants.iter().filter(|(v, _)| ON_DEVICE.contains(v)) {
-                let name = format!("{variant}, on a device");
-                match pair(env, &w, "engine", &name, |v| persistent_engine(v, |c| tweak(c))) {
-                    Ok(r) => rep.rows.push(r),
-                    Err(e) => rep.notes.push(format!("engine {name}: {e}")),
-                }
-            }
+            let on_device: Vec<Variant> = variants
+                .iter()
+                .filter(|v| ON_DEVICE.contains(&v.label()))
+                .map(|v| {
+                    let v = v.clone();
+                    Variant::engine(format!("{}, on a device", v.label()), move |c| v.configure(c)).on_device()
+                })
+                .collect();
+            variants.extend(on_device);
         }
     }
-    for k in env.kernels() {
-        let variants: &[(&str, &str)] = match k {
-            KernelFs::Ext4 => &[("optimize_scan", "mb_optimize_scan=1"), ("linear scan", "mb_optimize_scan=0")],
-            _ => &[("default", "")],
-        };
-        // The pairs build their own volumes; a small one first tells
-        // whether this file system can be mounted here at all.
-        if let Err(why) = crate::kernel::Mount::new(k, k.min_bytes(), w.block_size, "") {
-            rep.skip(k.name(), &why);
-            continue;
-        }
-        for (variant, opts) in variants {
-            match pair(env, &w, k.name(), variant, |v| kernel(k, v, opts)) {
-                Ok(r) => rep.rows.push(r),
-                Err(e) => rep.notes.push(format!("{} {variant}: {e}", k.name())),
-            }
-        }
-    }
+    variants.extend(kernel_variants(
+        env,
+        &[("optimize_scan", "mb_optimize_scan=1"), ("linear scan", "mb_optimize_scan=0")],
+    ));
+    for_each_variant(env, &mut rep, &variants, |v, rep| {
+        rep.rows.push(pair(env, &w, v)?);
+        Ok(())
+    });
     rep.notes.push(format!(
         "each phase runs {RUNS} times (the file removed between runs) and the fastest counts; rows not \"on a device\" move no data, so their ratio is of allocation work alone"
     ));

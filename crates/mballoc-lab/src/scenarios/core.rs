@@ -6,10 +6,13 @@ use crate::core_workloads as cw;
 use crate::report::{col, Plot, Row, ScenarioReport};
 use std::time::Duration;
 
+/// One line for `lab list`.
 pub const FALLOCATE2_ABOUT: &str = "seed 000's will-it-scale loop on the allocator alone: ops/s by worker count";
+/// One line for `lab list`.
 pub const FRAGMENTED_ABOUT: &str =
     "80%-full, 50%-fragmented volume: cost and groups scanned per request, optimize_scan on vs off";
 
+/// Run the allocator-only fallocate2 scenario.
 pub fn run_fallocate2(env: &Env) -> ScenarioReport {
     let secs = if env.quick { 0.3 } else { 2.0 };
     let mut rep = ScenarioReport::new(
@@ -47,6 +50,7 @@ pub fn run_fallocate2(env: &Env) -> ScenarioReport {
     rep
 }
 
+/// Run the fragmented-volume scenario.
 pub fn run_fragmented(env: &Env) -> ScenarioReport {
     let (groups, requests) = if env.quick { (1 << 10, 10_000) } else { (1 << 16, 100_000) };
     let mut rep = fragmented(groups, requests, env.seed);

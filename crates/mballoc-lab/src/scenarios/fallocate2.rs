@@ -3,13 +3,13 @@
 //! fallocate call, the truncates inside the time. Engine scalable vs legacy
 //! (the seed's base) and the kernel file systems, by worker count.
 
-use super::{engine, kernel, measure, persistent_engine, Env};
-use crate::backend::{BackendKind, WriteMode};
+use super::{for_each_variant, kernel_variants, measure, Env, Variant};
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 use mballoc::Concurrency;
 use mballoc_fs::StreamPlacement;
 
+/// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 000's will-it-scale loop (8 KiB fallocate appends to 1 MiB, truncate, repeat) by workers: engine scalable vs legacy, kernel file systems";
 
@@ -45,6 +45,7 @@ fn row(backend: &str, variant: &str, workers: u32, r: &crate::runner::RunStats) 
     row
 }
 
+/// Run the scenario.
 pub fn run(env: &Env) -> ScenarioReport {
     let (secs, volume) = if env.quick { (0.3, 1 << 30) } else { (2.0, 8 << 30) };
     run_with(env, &[1, 2, 8, 64], secs, volume)
@@ -76,50 +77,28 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
                 r.cpu_fairness().map_or("n/a".into(), |f| format!("{f:.2}"))
             ));
         }
-        if env.wants(BackendKind::Engine) {
-            for (variant, c, p) in [
-                ("scalable", Concurrency::Scalable, StreamPlacement::PerFile),
-                ("legacy", Concurrency::Legacy, StreamPlacement::Kernel),
-            ] {
-                let t = match engine(&w, WriteMode::Delalloc, |cfg| {
-                    cfg.concurrency = c;
-                    cfg.stream_placement = p;
-                    cfg.tunables.mb_stats = false;
-                }) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        rep.notes.push(format!("engine {variant}: {e}"));
-                        continue;
-                    }
-                };
-                match measure(env, &t, &w, None, &format!("fallocate2 engine {variant} x{n}")) {
-                    Ok(r) => rep.rows.push(row("engine", variant, n, &r)),
-                    Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),
-                }
-            }
+        let mut variants = vec![
+            Variant::engine("scalable", |cfg| {
+                cfg.concurrency = Concurrency::Scalable;
+                cfg.stream_placement = StreamPlacement::PerFile;
+                cfg.tunables.mb_stats = false;
+            }),
+            Variant::engine("legacy", |cfg| {
+                cfg.concurrency = Concurrency::Legacy;
+                cfg.stream_placement = StreamPlacement::Kernel;
+                cfg.tunables.mb_stats = false;
+            }),
             // The same with the volume on a device: every truncate's frees
             // and every fallocate's extents go through the journal.
-            let variant = "scalable+journal";
-            match persistent_engine(&w, |cfg| cfg.tunables.mb_stats = false) {
-                Ok(t) => match measure(env, &t, &w, None, &format!("fallocate2 engine {variant} x{n}")) {
-                    Ok(r) => rep.rows.push(row("engine", variant, n, &r)),
-                    Err(e) => rep.notes.push(format!("engine {variant} at {n} workers failed: {e}")),
-                },
-                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
-            }
-        }
-        for k in env.kernels() {
-            if rep.is_skipped(k.name()) {
-                continue;
-            }
-            match kernel(k, &w, "") {
-                Ok(t) => match measure(env, &t, &w, None, &format!("fallocate2 {} x{n}", k.name())) {
-                    Ok(r) => rep.rows.push(row(k.name(), "default", n, &r)),
-                    Err(e) => rep.notes.push(format!("{} at {n} workers failed: {e}", k.name())),
-                },
-                Err(why) => rep.skip(k.name(), &why),
-            }
-        }
+            Variant::engine("scalable+journal", |cfg| cfg.tunables.mb_stats = false).on_device(),
+        ];
+        variants.extend(kernel_variants(env, &[("default", "")]));
+        for_each_variant(env, &mut rep, &variants, |v, rep| {
+            let t = v.target(&w)?;
+            let r = measure(env, &*t, &w, None, &format!("fallocate2 {} {} x{n}", v.backend().name(), v.label()))?;
+            rep.rows.push(row(v.backend().name(), v.label(), n, &r));
+            Ok(())
+        });
     }
     let total = |b: &str, v: &str, n: u32| {
         rep.rows

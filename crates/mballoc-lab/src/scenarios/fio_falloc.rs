@@ -3,14 +3,15 @@
 //! table (bandwidth, free extents, extents per file, e4defrag's score) for
 //! optimize_scan on and off.
 
-use super::{engine, free_metrics, histogram_lines, kernel, layout_metrics, measure, persistent_engine, Env};
-use crate::backend::{BackendKind, Target, WriteMode};
-use crate::kernel::KernelFs;
+use super::{for_each_variant, free_metrics, histogram_lines, kernel_variants, layout_metrics, measure, Env, Variant};
+use crate::backend::Target;
+use crate::error::LabError;
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 use mballoc::OptimizeScan;
 use mballoc_fs::StreamPlacement;
 
+/// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 000's fio job (64 threads appending 4 KiB with fallocate): bandwidth, free extents, extents per file, e4defrag and Ceph scores";
 
@@ -34,25 +35,21 @@ pub fn workload(jobs: u32, file_bytes: u64, volume: u64) -> Workload {
     }
 }
 
-fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str, rep: &mut ScenarioReport) {
-    let label = format!("fio-falloc {backend} {variant}");
-    let r = match measure(env, t, w, None, &label) {
-        Ok(r) => r,
-        Err(e) => {
-            rep.notes.push(e);
-            return;
-        }
-    };
+fn observe(env: &Env, t: &dyn Target, w: &Workload, v: &Variant, rep: &mut ScenarioReport) -> Result<(), LabError> {
+    let backend = v.backend().name();
+    let r = measure(env, t, w, None, &format!("fio-falloc {backend} {}", v.label()))?;
     t.sync();
-    let mut row = Row::new(backend, variant);
+    let mut row = Row::new(backend, v.label());
     row.set("ops_per_s", r.ops_per_s().round()).set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0);
     layout_metrics(&mut row, t, w.block_size, |_| true);
     if let Some(text) = free_metrics(&mut row, t, backend) {
-        rep.sections.push((format!("{backend} {variant}: e2freefrag histogram"), histogram_lines(&text)));
+        rep.sections.push((format!("{backend} {}: e2freefrag histogram", v.label()), histogram_lines(&text)));
     }
     rep.rows.push(row);
+    Ok(())
 }
 
+/// Run the scenario.
 pub fn run(env: &Env) -> ScenarioReport {
     let (file, volume) = if env.quick { (4u64 << 20, 1u64 << 30) } else { (64 << 20, 8 << 30) };
     let w = env.workload(workload(64, file, volume));
@@ -74,40 +71,23 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("ceph_score", "ceph score", 3),
         ],
     );
-    if env.wants(BackendKind::Engine) {
-        for (variant, scan, place) in [
-            ("optimize_scan=1", OptimizeScan::On, StreamPlacement::PerFile),
-            ("optimize_scan=0", OptimizeScan::Off, StreamPlacement::PerFile),
-            ("ext4 placement", OptimizeScan::On, StreamPlacement::Kernel),
-        ] {
-            match engine(&w, WriteMode::Delalloc, |cfg| {
-                cfg.tunables.mb_optimize_scan = scan;
-                cfg.stream_placement = place;
-            }) {
-                Ok(t) => observe(env, &t, &w, "engine", variant, &mut rep),
-                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
-            }
-        }
-        match persistent_engine(&w, |_| {}) {
-            Ok(t) => observe(env, &t, &w, "engine", "journal", &mut rep),
-            Err(e) => rep.notes.push(format!("engine journal: {e}")),
-        }
+    let mut variants = Vec::new();
+    for (label, scan, place) in [
+        ("optimize_scan=1", OptimizeScan::On, StreamPlacement::PerFile),
+        ("optimize_scan=0", OptimizeScan::Off, StreamPlacement::PerFile),
+        ("ext4 placement", OptimizeScan::On, StreamPlacement::Kernel),
+    ] {
+        variants.push(Variant::engine(label, move |cfg| {
+            cfg.tunables.mb_optimize_scan = scan;
+            cfg.stream_placement = place;
+        }));
     }
-    for k in env.kernels() {
-        let variants: &[(&str, &str)] = match k {
-            KernelFs::Ext4 => &[("optimize_scan=1", "mb_optimize_scan=1"), ("optimize_scan=0", "mb_optimize_scan=0")],
-            _ => &[("default", "")],
-        };
-        for (variant, opts) in variants {
-            match kernel(k, &w, opts) {
-                Ok(t) => observe(env, &t, &w, k.name(), variant, &mut rep),
-                Err(why) => {
-                    rep.skip(k.name(), &why);
-                    break;
-                }
-            }
-        }
-    }
+    variants.push(Variant::engine("journal", |_| {}).on_device());
+    variants.extend(kernel_variants(
+        env,
+        &[("optimize_scan=1", "mb_optimize_scan=1"), ("optimize_scan=0", "mb_optimize_scan=0")],
+    ));
+    for_each_variant(env, &mut rep, &variants, |v, rep| observe(env, &*v.target(&w)?, &w, v, rep));
     let ext = |b: &str| {
         rep.rows
             .iter()

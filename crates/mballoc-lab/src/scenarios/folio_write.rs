@@ -6,14 +6,15 @@
 //! (4 KiB) and large (2 MiB) folios; kernel ext4 runs on a loop-mounted
 //! image in /dev/shm with its own folio policy.
 
-use super::{persistent_volume, Env};
-use crate::backend::BackendKind;
-use crate::kernel::{KernelFs, Mount};
+use super::{for_each_variant, Env, Variant};
+use crate::error::{Context, LabError};
+use crate::mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
 use mballoc_vol::MountOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
+/// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 004: buffered write IOPS and MiB/s at 4 KiB / 64 KiB / 1 MiB, cache / sync / writeback, small vs large folios";
 
@@ -57,56 +58,62 @@ fn row(backend: &str, variant: &str, mode: Mode, bs: u64, bytes: u64, elapsed: D
     r
 }
 
-fn engine_row(folio: u32, mode: Mode, bs: u64, bytes: u64) -> Result<Duration, String> {
-    let opts = MountOptions {
+/// The MountOptions of an engine row: `folio`-byte folios, a cache that
+/// holds the whole file, and (but in cache mode) a 64 MiB dirty limit.
+fn mount_options(folio: u32, mode: Mode, bytes: u64) -> MountOptions {
+    MountOptions {
         folio_size: folio,
         cache_bytes: bytes * 2,
         dirty_bytes: if mode == Mode::Cache { bytes * 2 } else { 64 << 20 },
         ..MountOptions::default()
-    };
-    let (vol, _file) = persistent_volume(bytes * 2 + (256 << 20), BLOCK, opts, |_| {})?;
-    let f = vol.create().map_err(|e| e.to_string())?;
+    }
+}
+
+fn engine_row(v: &Variant, mode: Mode, bs: u64, bytes: u64) -> Result<Duration, LabError> {
+    let (vol, _file) = v.engine_volume(bytes * 2 + (256 << 20), BLOCK)?;
+    let f = vol.create()?;
     let data = vec![0x5Au8; bs as usize];
     let t0 = Instant::now();
     let mut at = 0;
     while at < bytes {
-        vol.write(f, at, &data).map_err(|e| e.to_string())?;
+        vol.write(f, at, &data)?;
         if mode == Mode::Sync {
-            vol.fsync(f).map_err(|e| e.to_string())?;
+            vol.fsync(f)?;
         }
         at += bs;
     }
     if mode == Mode::Writeback {
-        vol.fsync(f).map_err(|e| e.to_string())?;
+        vol.fsync(f)?;
     }
     Ok(t0.elapsed())
 }
 
-fn kernel_row(mode: Mode, bs: u64, bytes: u64) -> Result<Duration, String> {
-    let m = Mount::new(KernelFs::Ext4, bytes * 2 + (256 << 20), BLOCK, "")?;
+fn kernel_row(v: &Variant, mode: Mode, bs: u64, bytes: u64) -> Result<Duration, LabError> {
+    let m = v.kernel_mount(bytes * 2 + (256 << 20), BLOCK)?;
     let path = m.dir().join("folio-write");
     let mut o = std::fs::OpenOptions::new();
     o.write(true).create(true).truncate(true);
     if mode == Mode::Sync {
         o.custom_flags(libc::O_SYNC);
     }
-    let file = o.open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = o.open(&path).map_err(|e| LabError::io(path.display().to_string(), e))?;
     let data = vec![0x5Au8; bs as usize];
     let t0 = Instant::now();
     let mut at = 0;
     while at < bytes {
-        file.write_all_at(&data, at).map_err(|e| format!("write: {e}"))?;
+        file.write_all_at(&data, at).map_err(|e| LabError::io("write", e))?;
         at += bs;
     }
     if mode == Mode::Writeback {
-        file.sync_all().map_err(|e| format!("fsync: {e}"))?;
+        file.sync_all().map_err(|e| LabError::io("fsync", e))?;
     }
     let elapsed = t0.elapsed();
     drop(file);
-    m.unmount()?;
+    m.unmount().context("unmounting")?;
     Ok(elapsed)
 }
 
+/// Run the scenario.
 pub fn run(env: &Env) -> ScenarioReport {
     let mut rep = ScenarioReport::new(
         "folio-write",
@@ -115,25 +122,23 @@ pub fn run(env: &Env) -> ScenarioReport {
     );
     for mode in [Mode::Cache, Mode::Sync, Mode::Writeback] {
         let bytes = total(env, mode);
+        let variants = [
+            Variant::engine("4 KiB folios", |_| {}).on_device_with(mount_options(4 << 10, mode, bytes)),
+            Variant::engine("2 MiB folios", |_| {}).on_device_with(mount_options(2 << 20, mode, bytes)),
+            Variant::kernel(KernelFs::Ext4, "default", ""),
+        ];
         for bs in SIZES {
-            if env.wants(BackendKind::Engine) {
-                for (variant, folio) in [("4 KiB folios", 4u32 << 10), ("2 MiB folios", 2 << 20)] {
-                    let bar = env.bar(0, format!("folio-write engine {variant} {} {} KiB", mode.name(), bs >> 10));
-                    match engine_row(folio, mode, bs, bytes) {
-                        Ok(t) => rep.rows.push(row("engine", variant, mode, bs, bytes, t)),
-                        Err(e) => rep.notes.push(format!("engine {variant} {}: {e}", mode.name())),
-                    }
-                    bar.finish_and_clear();
-                }
-            }
-            if env.wants(BackendKind::Kernel(KernelFs::Ext4)) && !rep.is_skipped("ext4") {
-                let bar = env.bar(0, format!("folio-write ext4 {} {} KiB", mode.name(), bs >> 10));
-                match kernel_row(mode, bs, bytes) {
-                    Ok(t) => rep.rows.push(row("ext4", "default", mode, bs, bytes, t)),
-                    Err(why) => rep.skip("ext4", &why),
-                }
+            for_each_variant(env, &mut rep, &variants, |v, rep| {
+                let backend = v.backend().name();
+                let bar = env.bar(0, format!("folio-write {backend} {} {} {} KiB", v.label(), mode.name(), bs >> 10));
+                let t = match v.backend() {
+                    crate::backend::BackendKind::Engine => engine_row(v, mode, bs, bytes),
+                    crate::backend::BackendKind::Kernel(_) => kernel_row(v, mode, bs, bytes),
+                };
                 bar.finish_and_clear();
-            }
+                rep.rows.push(row(backend, v.label(), mode, bs, bytes, t?));
+                Ok(())
+            });
         }
     }
     let bw = |v: &str, mode: &str, bs: u64| {

@@ -3,22 +3,27 @@
 
 pub mod aged;
 pub mod core;
+mod driver;
 pub mod fallocate2;
 pub mod fio_falloc;
 pub mod folio_write;
 pub mod multiblock;
 pub mod small_files;
+mod targets;
 
-use crate::backend::{BackendKind, EngineTarget, KernelTarget, Target, WriteMode};
-use crate::kernel::{KernelFs, Mount};
+pub use driver::{for_each_variant, kernel_variants, Tweak, Variant};
+pub use targets::{
+    engine, engine_with_files, kernel, kernel_with_files, open_image, persistent_engine, persistent_volume,
+};
+
+use crate::backend::{BackendKind, OpError, Target};
+use crate::error::{chain, Context, LabError};
 use crate::metrics;
+use crate::mount::KernelFs;
 use crate::report::{Row, ScenarioReport};
 use crate::runner::{self, RunStats};
 use crate::workload::{Op, OpKind, Workload};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use mballoc::Geometry;
-use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
-use mballoc_fs::{Fs, FsConfig};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -26,8 +31,11 @@ use std::time::Duration;
 pub struct Env {
     /// Smaller sizes, shorter times.
     pub quick: bool,
+    /// The seed every random choice comes from.
     pub seed: u64,
+    /// The backends asked for.
     pub backends: Vec<BackendKind>,
+    /// Where progress bars go.
     pub progress: MultiProgress,
     /// An ext4 image every volume starts from (see [`Env::start_from`]).
     pub image: Option<StartImage>,
@@ -36,17 +44,20 @@ pub struct Env {
 /// An ext4 image checked once, to start scenarios from.
 #[derive(Debug, Clone)]
 pub struct StartImage {
+    /// The image file.
     pub path: PathBuf,
+    /// Its size in bytes.
     pub bytes: u64,
+    /// Its block size.
     pub block_size: u32,
 }
 
 impl StartImage {
     /// Open the image and load it into an engine once, so a bad image is
     /// one error before any scenario starts.
-    pub fn open(path: &Path) -> Result<StartImage, String> {
+    pub fn open(path: &Path) -> Result<StartImage, LabError> {
         let vol = open_image(path)?;
-        mballoc_ext4::engine::load(&vol, |_| {}).map_err(|e| format!("{}: {e}", path.display()))?;
+        mballoc_ext4::engine::load(&vol, |_| {}).context(format!("loading {}", path.display()))?;
         let sb = vol.superblock();
         Ok(StartImage {
             path: path.to_path_buf(),
@@ -64,12 +75,8 @@ impl StartImage {
     }
 }
 
-fn open_image(path: &Path) -> Result<Volume<FileSource>, String> {
-    let src = FileSource::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Volume::open(src, ChecksumPolicy::Verify).map_err(|e| format!("{}: {e}", path.display()))
-}
-
 impl Env {
+    /// What every scenario of a run is given.
     pub fn new(quick: bool, seed: u64, backends: Vec<BackendKind>) -> Env {
         Env { quick, seed, backends, progress: MultiProgress::new(), image: None }
     }
@@ -122,8 +129,11 @@ impl Env {
 
 /// A scenario of the lab.
 pub struct Scenario {
+    /// Name on the command line.
     pub name: &'static str,
+    /// One line for `lab list`.
     pub about: &'static str,
+    /// Runs it.
     pub run: fn(&Env) -> ScenarioReport,
 }
 
@@ -144,107 +154,6 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
     ALL.iter().find(|s| s.name == name)
 }
 
-/// The lab's engine configuration: statistics on (the scenarios read
-/// mb_stats and the scan counters), then `tweak`.
-fn with_stats(tweak: impl FnOnce(&mut FsConfig)) -> impl FnOnce(&mut FsConfig) {
-    |cfg: &mut FsConfig| {
-        cfg.tunables.mb_stats = true;
-        tweak(cfg);
-    }
-}
-
-/// An engine volume for workload `w`, configured by `tweak`.
-pub fn engine(w: &Workload, write_mode: WriteMode, tweak: impl FnOnce(&mut FsConfig)) -> Result<EngineTarget, String> {
-    engine_with_files(w, w.file_names(), write_mode, tweak)
-}
-
-/// An engine volume of `w`'s shape (or loaded from its image) whose file
-/// slots are `names` (a trace's).
-pub fn engine_with_files(
-    w: &Workload,
-    names: Vec<String>,
-    write_mode: WriteMode,
-    tweak: impl FnOnce(&mut FsConfig),
-) -> Result<EngineTarget, String> {
-    let configure = with_stats(tweak);
-    let fs = match &w.image {
-        Some(path) => {
-            let vol = open_image(path)?;
-            mballoc_ext4::engine::load(&vol, configure).map_err(|e| format!("{}: {e}", path.display()))?.fs
-        }
-        None => {
-            let geo = Geometry::new(w.block_size, w.volume.0 / u64::from(w.block_size)).map_err(|e| e.to_string())?;
-            let mut cfg = FsConfig::new(geo);
-            configure(&mut cfg);
-            Fs::new(cfg).map_err(|e| e.to_string())?
-        }
-    };
-    Ok(EngineTarget::new(fs, names, write_mode))
-}
-
-/// A fresh persistent volume file of `bytes` bytes in /dev/shm (or the
-/// temporary directory), formatted with `block_size`, mounted with `opts`
-/// and the allocation policy `policy` chooses.
-pub fn persistent_volume(
-    bytes: u64,
-    block_size: u32,
-    opts: mballoc_vol::MountOptions,
-    policy: impl FnOnce(&mut FsConfig),
-) -> Result<(mballoc_vol::Volume, crate::backend::VolumeFile), String> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let path =
-        volume_dir().join(format!("mballoc-lab-vol-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    let file = crate::backend::VolumeFile(path.clone());
-    let dev = mballoc_vol::FileDevice::create(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    let dev: std::sync::Arc<dyn mballoc_vol::Device> = std::sync::Arc::new(dev);
-    let fo = mballoc_vol::FormatOptions { block_size, ..Default::default() };
-    mballoc_vol::Volume::format(dev.clone(), &fo).map_err(|e| e.to_string())?;
-    let vol = mballoc_vol::Volume::open_with(dev, opts, policy).map_err(|e| e.to_string())?;
-    Ok((vol, file))
-}
-
-/// Where the lab keeps volume files: /dev/shm, or the temporary directory.
-fn volume_dir() -> PathBuf {
-    if Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    }
-}
-
-/// A persistent engine for workload `w` (an empty volume of its shape),
-/// configured by `tweak`: writes carry data, fsync commits the journal.
-pub fn persistent_engine(w: &Workload, tweak: impl FnOnce(&mut FsConfig)) -> Result<EngineTarget, String> {
-    if w.image.is_some() {
-        return Err("a persistent volume starts empty, not from an ext4 image".into());
-    }
-    let (vol, file) =
-        persistent_volume(w.volume.0, w.block_size, mballoc_vol::MountOptions::default(), with_stats(tweak))?;
-    Ok(EngineTarget::persistent(vol, file, w.file_names()))
-}
-
-/// A kernel volume for workload `w`, mounted with `options`; the error says
-/// why it cannot run here.
-pub fn kernel(fs: KernelFs, w: &Workload, options: &str) -> Result<KernelTarget, String> {
-    kernel_with_files(fs, w, w.file_names(), options)
-}
-
-/// A kernel volume of `w`'s shape whose file slots are `names` (a trace's).
-pub fn kernel_with_files(
-    fs: KernelFs,
-    w: &Workload,
-    names: Vec<String>,
-    options: &str,
-) -> Result<KernelTarget, String> {
-    let m = match (&w.image, fs) {
-        (Some(path), KernelFs::Ext4) => Mount::from_image(path, options)?,
-        (Some(_), other) => return Err(format!("starts from an ext4 image, which {} cannot mount", other.name())),
-        (None, _) => Mount::new(fs, w.volume.0, w.block_size, options)?,
-    };
-    KernelTarget::new(m, names, w.block_size)
-}
-
 /// Run the streams of `w` (all jobs, or those named in `only`) with a bar.
 pub fn measure(
     env: &Env,
@@ -252,7 +161,7 @@ pub fn measure(
     w: &Workload,
     only: Option<&str>,
     label: &str,
-) -> Result<RunStats, String> {
+) -> Result<RunStats, LabError> {
     let streams: Vec<_> = w
         .streams()
         .into_iter()
@@ -272,7 +181,7 @@ pub fn measure(
         None => label.to_string(),
     };
     let bar = env.bar(total, msg);
-    let r = runner::run(target, &streams, w.interleave, limit, &bar).map_err(|e| format!("{label}: {e}"));
+    let r = runner::run(target, &streams, w.interleave, limit, &bar).context(label);
     bar.finish_and_clear();
     r
 }
@@ -280,17 +189,19 @@ pub fn measure(
 /// Fill the volume through file slot `slot` (created here): fallocate in
 /// large steps until the volume is full, then smaller ones, down to one
 /// block. Returns the bytes allocated.
-pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, String> {
+pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, LabError> {
     let create = Op { kind: OpKind::Create, file: slot, offset: 0, len: 0 };
-    runner::apply_all(target, [create]).map_err(|e| e.to_string())?;
+    runner::apply_all(target, [create])?;
     let mut at = 0u64;
     for step in [64 << 20, 1 << 20, 64 * block, block] {
         loop {
             let op = Op { kind: OpKind::Fallocate, file: slot, offset: at, len: step };
             match target.apply(&op) {
                 Ok(()) => at += step,
-                Err(crate::backend::OpError::NoSpace) => break,
-                Err(e) => return Err(format!("filling the volume: {e}")),
+                Err(OpError::NoSpace) => break,
+                Err(error) => {
+                    return Err(LabError::from(runner::RunError { stream: 0, op, error }).context("filling the volume"))
+                }
             }
         }
     }
@@ -308,7 +219,7 @@ pub fn fill_and_punch(
     phase: u64,
     len: u64,
     keep: impl Fn(u64) -> bool,
-) -> Result<(), String> {
+) -> Result<(), LabError> {
     if w.image.is_some() {
         return Ok(());
     }
@@ -329,13 +240,13 @@ pub fn punch_pattern(
     phase: u64,
     len: u64,
     keep: impl Fn(u64) -> bool,
-) -> Result<u64, String> {
+) -> Result<u64, LabError> {
     let mut punched = 0;
     let mut i = 0;
     while i * period + phase + len <= size {
         if keep(i) {
             let op = Op { kind: OpKind::Punch, file: slot, offset: i * period + phase, len };
-            target.apply(&op).map_err(|e| format!("punching the pattern: {e}"))?;
+            runner::apply_all(target, [op]).context("punching the pattern")?;
             punched += len;
         }
         i += 1;
@@ -358,7 +269,7 @@ pub fn layout_metrics(row: &mut Row, target: &dyn Target, block_size: u32, keep:
             row.set("e4defrag_score", d.score.round());
         }
         Err(e) => {
-            row.set("layout_error", e);
+            row.set("layout_error", chain(&e));
         }
     }
 }
@@ -379,7 +290,7 @@ pub fn free_metrics(row: &mut Row, target: &dyn Target, device: &str) -> Option<
             for k in ["free_extents", "avg_free_extent_kib", "ceph_score"] {
                 row.set(k, "n/a");
             }
-            row.set("free_space_note", why);
+            row.set("free_space_note", chain(&why));
             None
         }
     }

@@ -2,14 +2,16 @@
 //! at a time vs one multiblock request per dirty run with delayed
 //! allocation. Files are written 4 KiB at a time, then fsync'ed.
 
-use super::{engine, kernel, layout_metrics, measure, Env};
+use super::{for_each_variant, layout_metrics, measure, Env, Variant};
 use crate::backend::{BackendKind, Target, WriteMode};
-use crate::kernel::KernelFs;
+use crate::error::LabError;
+use crate::mount::KernelFs;
 use crate::report::{col, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 use mballoc::{AllocRequest, Allocator, Geometry, Tunables};
 use std::time::{Duration, Instant};
 
+/// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 002: cost per block of 5 KiB, 600 KiB and 12 MiB files written 4 KiB at a time: block-at-a-time vs nodelalloc vs delalloc";
 
@@ -82,7 +84,7 @@ fn file_layer(
     size_kib: u64,
     backend: &str,
     variant: &str,
-) -> Result<Row, String> {
+) -> Result<Row, LabError> {
     let before = t.counters();
     let r = measure(env, t, w, None, &format!("multiblock {backend} {variant} {size_kib} KiB"))?;
     let files = u64::from(w.jobs[0].files);
@@ -101,6 +103,7 @@ fn file_layer(
     Ok(row)
 }
 
+/// Run the scenario.
 pub fn run(env: &Env) -> ScenarioReport {
     let mut rep = ScenarioReport::new(
         "multiblock-cost",
@@ -126,31 +129,27 @@ pub fn run(env: &Env) -> ScenarioReport {
             let mut r = row("block-at-a-time", "engine", size_kib, blocks, elapsed);
             r.set("alloc_calls_per_file", calls).set("extents_per_file", extents);
             rep.rows.push(r);
-            for (variant, mode) in [("nodelalloc", WriteMode::NoDelalloc), ("delalloc", WriteMode::Delalloc)] {
-                let t = engine(&w, mode, |cfg| {
+        }
+        let mut variants: Vec<Variant> = [("nodelalloc", WriteMode::NoDelalloc), ("delalloc", WriteMode::Delalloc)]
+            .into_iter()
+            .map(|(label, mode)| {
+                Variant::engine(label, |cfg| {
                     cfg.dirty_limit_blocks = u64::MAX;
                     cfg.commit_interval_ops = 0;
-                });
-                match t.and_then(|t| file_layer(env, &t, &w, size_kib, "engine", variant)) {
-                    Ok(r) => rep.rows.push(r),
-                    Err(e) => rep.notes.push(e),
-                }
-            }
-        }
-        if env.wants(BackendKind::Kernel(KernelFs::Ext4)) && !rep.is_skipped("ext4") {
-            for (variant, opts) in [("nodelalloc", "nodelalloc"), ("delalloc", "")] {
-                match kernel(KernelFs::Ext4, &w, opts) {
-                    Ok(t) => match file_layer(env, &t, &w, size_kib, "ext4", variant) {
-                        Ok(r) => rep.rows.push(r),
-                        Err(e) => rep.notes.push(e),
-                    },
-                    Err(why) => {
-                        rep.skip("ext4", &why);
-                        break;
-                    }
-                }
-            }
-        }
+                })
+                .write_mode(mode)
+            })
+            .collect();
+        // The seed's comparison is ext4's own: other kernel file systems
+        // have no delayed-allocation switch.
+        variants.extend(
+            [("nodelalloc", "nodelalloc"), ("delalloc", "")].map(|(l, o)| Variant::kernel(KernelFs::Ext4, l, o)),
+        );
+        for_each_variant(env, &mut rep, &variants, |v, rep| {
+            let t = v.target(&w)?;
+            rep.rows.push(file_layer(env, &*t, &w, size_kib, v.backend().name(), v.label())?);
+            Ok(())
+        });
     }
     let one = rep
         .rows

@@ -4,12 +4,14 @@
 //! with nodelalloc). Files/s, extents scanned and hits per pass, with and
 //! without CR_BEST_AVAIL_LEN (`mb_best_avail_max_trim_order` 3 vs 0).
 
-use super::{engine, fill_and_punch, kernel, layout_metrics, measure, Env};
-use crate::backend::{AllocCounters, BackendKind, Target, WriteMode};
-use crate::kernel::KernelFs;
+use super::{fill_and_punch, for_each_variant, layout_metrics, measure, Env, Variant};
+use crate::backend::{AllocCounters, Target, WriteMode};
+use crate::error::LabError;
+use crate::mount::KernelFs;
 use crate::report::{col, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 
+/// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 001: 64 writers creating 64 KiB files on a volume fragmented to 4 MiB free extents; files/s, extents scanned, hits per pass, with and without CR_BEST_AVAIL_LEN";
 
@@ -44,27 +46,18 @@ pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
 /// Fragment the volume of workload `w`: fill it through slot 0, then punch
 /// 4 MiB of every 8. A volume started from an image is as fragmented as
 /// the image.
-pub fn fragment(t: &dyn Target, w: &Workload) -> Result<(), String> {
+pub fn fragment(t: &dyn Target, w: &Workload) -> Result<(), LabError> {
     fill_and_punch(t, w, 8 << 20, 0, 4 << 20, |_| true)
 }
 
-fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str, rep: &mut ScenarioReport) {
-    if let Err(e) = fragment(t, w) {
-        rep.notes.push(format!("{backend} {variant}: {e}"));
-        return;
-    }
-    let mut row = Row::new(backend, variant);
+fn observe(env: &Env, t: &dyn Target, w: &Workload, v: &Variant, rep: &mut ScenarioReport) -> Result<(), LabError> {
+    fragment(t, w)?;
+    let mut row = Row::new(v.backend().name(), v.label());
     if let Ok(fs) = t.free_space() {
         row.set("avg_free_extent_kib_before", fs.histogram().avg_free_extent_kib());
     }
     let before = t.counters();
-    let r = match measure(env, t, w, Some("fsmark"), &format!("small files {backend} {variant}")) {
-        Ok(r) => r,
-        Err(e) => {
-            rep.notes.push(e);
-            return;
-        }
-    };
+    let r = measure(env, t, w, Some("fsmark"), &format!("small files {} {}", v.backend().name(), v.label()))?;
     row.set("files_per_s", r.creates_per_s().round());
     match (before, t.counters()) {
         (Some(b), Some(a)) => {
@@ -83,8 +76,10 @@ fn observe(env: &Env, t: &dyn Target, w: &Workload, backend: &str, variant: &str
     t.sync();
     layout_metrics(&mut row, t, w.block_size, |name| name.starts_with("fsmark."));
     rep.rows.push(row);
+    Ok(())
 }
 
+/// Run the scenario.
 pub fn run(env: &Env) -> ScenarioReport {
     let (files, volume) = if env.quick { (16u32, 1u64 << 30) } else { (256, 8 << 30) };
     let w = env.workload(workload(64, files, volume));
@@ -108,35 +103,22 @@ pub fn run(env: &Env) -> ScenarioReport {
         ],
     );
     let trims = [("with CR_BEST_AVAIL_LEN", 3u32), ("without CR_BEST_AVAIL_LEN", 0)];
-    if env.wants(BackendKind::Engine) {
-        for (variant, trim) in trims {
-            match engine(&w, WriteMode::NoDelalloc, |cfg| cfg.tunables.mb_best_avail_max_trim_order = trim) {
-                Ok(t) => observe(env, &t, &w, "engine", variant, &mut rep),
-                Err(e) => rep.notes.push(format!("engine {variant}: {e}")),
-            }
-        }
-    }
+    let mut variants: Vec<Variant> = trims
+        .iter()
+        .map(|&(label, trim)| {
+            Variant::engine(label, move |cfg| cfg.tunables.mb_best_avail_max_trim_order = trim)
+                .write_mode(WriteMode::NoDelalloc)
+        })
+        .collect();
     for k in env.kernels() {
-        if k == KernelFs::Ext4 {
-            for (variant, trim) in trims {
-                match kernel(k, &w, "nodelalloc") {
-                    Ok(t) => match t.mount().set_ext4_knob("mb_best_avail_max_trim_order", &trim.to_string()) {
-                        Ok(()) => observe(env, &t, &w, k.name(), variant, &mut rep),
-                        Err(e) => rep.notes.push(format!("ext4 {variant}: {e}")),
-                    },
-                    Err(why) => {
-                        rep.skip(k.name(), &why);
-                        break;
-                    }
-                }
-            }
-        } else {
-            match kernel(k, &w, "") {
-                Ok(t) => observe(env, &t, &w, k.name(), "default", &mut rep),
-                Err(why) => rep.skip(k.name(), &why),
-            }
+        match k {
+            KernelFs::Ext4 => variants.extend(trims.iter().map(|&(label, trim)| {
+                Variant::kernel(k, label, "nodelalloc").knob("mb_best_avail_max_trim_order", trim)
+            })),
+            _ => variants.push(Variant::kernel(k, "default", "")),
         }
     }
+    for_each_variant(env, &mut rep, &variants, |v, rep| observe(env, &*v.target(&w)?, &w, v, rep));
     rep.notes.push("hits: requests served by CR_POWER2_ALIGNED / CR_GOAL_LEN_FAST / CR_BEST_AVAIL_LEN / CR_GOAL_LEN_SLOW / CR_ANY_FREE; ext4's come from /proc/fs/ext4/DEV/mb_stats".into());
     rep
 }

@@ -1,5 +1,6 @@
-// Shared by the fuzz targets: small pristine images made once per process
-// with `mke2fs -d`, so inputs mutate real structures.
+//! Inputs of the ext4 reader's fuzz targets, shared with the test that
+//! replays the kept ones: small pristine images made once per process
+//! with `mke2fs -d`, so inputs mutate real structures.
 
 use std::process::Command;
 use std::sync::OnceLock;

@@ -3,6 +3,7 @@
 //! without the tools, [`Mount::new`] says why in one line and the caller
 //! skips the backend.
 
+use crate::error::LabError;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -10,8 +11,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// A kernel file system the lab can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelFs {
+    /// ext4.
     Ext4,
+    /// XFS.
     Xfs,
+    /// btrfs.
     Btrfs,
 }
 
@@ -64,6 +68,7 @@ pub struct Image {
 }
 
 impl Image {
+    /// The image file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -84,19 +89,22 @@ pub struct Mount {
     device: String,
 }
 
-fn run(c: &mut Command) -> Result<(), String> {
+fn run(c: &mut Command) -> Result<(), LabError> {
     output(c).map(drop)
 }
 
-/// Run a tool and return its standard output; the error is one line.
-pub fn output(c: &mut Command) -> Result<String, String> {
-    let out = c.output().map_err(|e| format!("{}: {e}", c.get_program().to_string_lossy()))?;
+/// Run a tool and return its standard output. A tool that is not
+/// installed makes its backend unavailable; one that fails is an error
+/// with the first line it printed.
+pub fn output(c: &mut Command) -> Result<String, LabError> {
+    let program = c.get_program().to_string_lossy().into_owned();
+    let out = c.output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => LabError::Unavailable(format!("{program} is not installed")),
+        _ => LabError::io(format!("running {program}"), e),
+    })?;
     if !out.status.success() {
-        return Err(format!(
-            "{} failed: {}",
-            c.get_program().to_string_lossy(),
-            String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("no message").trim()
-        ));
+        let message = String::from_utf8_lossy(&out.stderr).lines().next().unwrap_or("no message").trim().to_string();
+        return Err(LabError::Tool { program, message });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -107,14 +115,15 @@ impl Mount {
     /// Make and mount a `bytes`-sized file system of kind `fs` with
     /// `options` (as `mount -o`). The error is the one-line reason the
     /// backend cannot run here.
-    pub fn new(fs: KernelFs, bytes: u64, block_size: u32, options: &str) -> Result<Mount, String> {
+    pub fn new(fs: KernelFs, bytes: u64, block_size: u32, options: &str) -> Result<Mount, LabError> {
         if !crate::sys::is_root() {
-            return Err("needs root for loop mounts".into());
+            return Err(LabError::Unavailable("needs root for loop mounts".into()));
         }
         let bytes = bytes.max(fs.min_bytes());
         let image = Self::new_image(fs);
-        let file = std::fs::File::create(&image.path).map_err(|e| format!("{}: {e}", image.path.display()))?;
-        file.set_len(bytes).map_err(|e| format!("{}: {e}", image.path.display()))?;
+        let io = |e| LabError::io(image.path.display().to_string(), e);
+        let file = std::fs::File::create(&image.path).map_err(io)?;
+        file.set_len(bytes).map_err(io)?;
         drop(file);
         run(&mut fs.mkfs(&image.path, block_size))?;
         Self::attach(fs, image, bytes, options)
@@ -122,13 +131,14 @@ impl Mount {
 
     /// Mount a copy of an existing ext4 image (the original is never
     /// written), made sparse in /dev/shm.
-    pub fn from_image(source: &Path, options: &str) -> Result<Mount, String> {
+    pub fn from_image(source: &Path, options: &str) -> Result<Mount, LabError> {
         if !crate::sys::is_root() {
-            return Err("needs root for loop mounts".into());
+            return Err(LabError::Unavailable("needs root for loop mounts".into()));
         }
         let image = Self::new_image(KernelFs::Ext4);
         run(Command::new("cp").arg("--sparse=always").arg(source).arg(&image.path))?;
-        let bytes = std::fs::metadata(&image.path).map_err(|e| format!("{}: {e}", image.path.display()))?.len();
+        let bytes =
+            std::fs::metadata(&image.path).map_err(|e| LabError::io(image.path.display().to_string(), e))?.len();
         Self::attach(KernelFs::Ext4, image, bytes, options)
     }
 
@@ -139,9 +149,9 @@ impl Mount {
         Image { path }
     }
 
-    fn attach(fs: KernelFs, image: Image, bytes: u64, options: &str) -> Result<Mount, String> {
+    fn attach(fs: KernelFs, image: Image, bytes: u64, options: &str) -> Result<Mount, LabError> {
         let dir = image.path.with_extension("mnt");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(|e| LabError::io(dir.display().to_string(), e))?;
         let opts = if options.is_empty() { "loop".to_string() } else { format!("loop,{options}") };
         if let Err(e) = run(Command::new("mount").args(["-o", &opts]).arg(&image.path).arg(&dir)) {
             let _ = std::fs::remove_dir(&dir);
@@ -151,6 +161,7 @@ impl Mount {
         Ok(Mount { fs, image: Some(image), bytes, dir, device })
     }
 
+    /// Which file system this is.
     pub fn fs(&self) -> KernelFs {
         self.fs
     }
@@ -177,19 +188,19 @@ impl Mount {
     }
 
     /// Write an ext4 sysfs knob (`/sys/fs/ext4/DEV/NAME`).
-    pub fn set_ext4_knob(&self, name: &str, value: &str) -> Result<(), String> {
+    pub fn set_ext4_knob(&self, name: &str, value: &str) -> Result<(), LabError> {
         let p = PathBuf::from("/sys/fs/ext4").join(self.device_name()).join(name);
-        std::fs::write(&p, value).map_err(|e| format!("{}: {e}", p.display()))
+        std::fs::write(&p, value).map_err(|e| LabError::io(format!("writing {value:?} to {}", p.display()), e))
     }
 
     /// Read an ext4 proc file (`/proc/fs/ext4/DEV/NAME`).
-    pub fn ext4_proc(&self, name: &str) -> Result<String, String> {
+    pub fn ext4_proc(&self, name: &str) -> Result<String, LabError> {
         let p = PathBuf::from("/proc/fs/ext4").join(self.device_name()).join(name);
-        std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
+        std::fs::read_to_string(&p).map_err(|e| LabError::io(p.display().to_string(), e))
     }
 
     /// Unmount, keeping the image for offline tools (e2freefrag).
-    pub fn unmount(mut self) -> Result<Image, String> {
+    pub fn unmount(mut self) -> Result<Image, LabError> {
         run(Command::new("umount").arg(&self.dir))?;
         let _ = std::fs::remove_dir(&self.dir);
         Ok(self.image.take().expect("image present until unmounted"))

@@ -1,0 +1,256 @@
+//! The engine as a backend: mballoc-fs in this process, in memory, or a
+//! persistent volume (mballoc-vol) whose writes carry data and whose
+//! fsyncs go through the journal.
+
+use super::{AllocCounters, OpError, Target, WriteMode};
+use crate::error::LabError;
+use crate::metrics::{FileLayout, FreeSpace, Record};
+use crate::workload::{Op, OpKind};
+use mballoc_fs::{FallocateMode, FileId, Fs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The engine as a backend: in memory, or a persistent volume whose
+/// writes carry data and whose fsyncs go through the journal.
+pub struct EngineTarget {
+    engine: Engine,
+    files: Vec<AtomicU64>,
+    names: Vec<String>,
+    write_mode: WriteMode,
+}
+
+enum Engine {
+    Memory(Arc<Fs>),
+    Persistent { vol: Box<mballoc_vol::Volume>, _file: VolumeFile },
+}
+
+/// A volume file removed when the target goes.
+pub struct VolumeFile(pub PathBuf);
+
+impl Drop for VolumeFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The file operations a workload needs, on the in-memory engine or on a
+/// persistent volume.
+trait FileOps {
+    fn create(&self) -> Result<u64, OpError>;
+    /// Open an existing file again and empty it (`creat` on an existing name).
+    fn reopen_empty(&self, f: FileId) -> Result<(), OpError>;
+    fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError>;
+    fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError>;
+    fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError>;
+    fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError>;
+    fn fsync(&self, f: FileId) -> Result<(), OpError>;
+    fn close(&self, f: FileId) -> Result<(), OpError>;
+    fn unlink(&self, f: FileId) -> Result<(), OpError>;
+}
+
+impl FileOps for Fs {
+    fn create(&self) -> Result<u64, OpError> {
+        Ok(Fs::create(self)?.0)
+    }
+    fn reopen_empty(&self, f: FileId) -> Result<(), OpError> {
+        self.open(f)?;
+        Ok(Fs::truncate(self, f, 0)?)
+    }
+    fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
+        Ok(Fs::fallocate(self, f, offset, len, mode)?)
+    }
+    /// Writes carry no data: the engine only places blocks.
+    fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError> {
+        Fs::write(self, f, offset, len)?;
+        if mode == WriteMode::NoDelalloc {
+            self.writeback(f)?;
+        }
+        Ok(())
+    }
+    fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError> {
+        Ok(Fs::truncate(self, f, size)?)
+    }
+    fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
+        Ok(Fs::punch_hole(self, f, offset, len)?)
+    }
+    fn fsync(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::fsync(self, f)?)
+    }
+    fn close(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::close(self, f)?)
+    }
+    fn unlink(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::unlink(self, f)?)
+    }
+}
+
+impl FileOps for mballoc_vol::Volume {
+    fn create(&self) -> Result<u64, OpError> {
+        Ok(mballoc_vol::Volume::create(self)?.0)
+    }
+    fn reopen_empty(&self, f: FileId) -> Result<(), OpError> {
+        self.open_file(f)?;
+        Ok(mballoc_vol::Volume::truncate(self, f, 0)?)
+    }
+    fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::fallocate(self, f, offset, len, mode)?)
+    }
+    /// Writes carry a fixed pattern through the cache (always delayed).
+    fn write(&self, f: FileId, offset: u64, len: u64, _: WriteMode) -> Result<(), OpError> {
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(PATTERN.len() as u64);
+            mballoc_vol::Volume::write(self, f, offset + at, &PATTERN[..n as usize])?;
+            at += n;
+        }
+        Ok(())
+    }
+    fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::truncate(self, f, size)?)
+    }
+    fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::punch_hole(self, f, offset, len)?)
+    }
+    fn fsync(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::fsync(self, f)?)
+    }
+    fn close(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::close(self, f)?)
+    }
+    fn unlink(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::unlink(self, f)?)
+    }
+}
+
+/// What persistent writes carry.
+static PATTERN: [u8; 1 << 16] = [0xA5; 1 << 16];
+
+impl EngineTarget {
+    /// `names` are the workload's files, by slot.
+    pub fn new(fs: Fs, names: Vec<String>, write_mode: WriteMode) -> Self {
+        EngineTarget {
+            engine: Engine::Memory(Arc::new(fs)),
+            files: names.iter().map(|_| AtomicU64::new(0)).collect(),
+            names,
+            write_mode,
+        }
+    }
+
+    /// A persistent volume kept in `file` (removed when the target goes).
+    pub fn persistent(vol: mballoc_vol::Volume, file: VolumeFile, names: Vec<String>) -> Self {
+        EngineTarget {
+            engine: Engine::Persistent { vol: Box::new(vol), _file: file },
+            files: names.iter().map(|_| AtomicU64::new(0)).collect(),
+            names,
+            write_mode: WriteMode::Delalloc,
+        }
+    }
+
+    /// The engine underneath (in memory, or the persistent volume's).
+    pub fn fs(&self) -> &Fs {
+        match &self.engine {
+            Engine::Memory(fs) => fs,
+            Engine::Persistent { vol, .. } => vol.fs(),
+        }
+    }
+
+    /// One operation on whichever engine this target holds.
+    fn apply_to(&self, files: &impl FileOps, op: &Op) -> Result<(), OpError> {
+        match op.kind {
+            OpKind::Create => {
+                let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
+                match slot.load(Ordering::Acquire) {
+                    0 => slot.store(files.create()?, Ordering::Release),
+                    id => files.reopen_empty(FileId(id))?,
+                }
+            }
+            OpKind::Fallocate => files.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::ExtendSize)?,
+            OpKind::FallocateKeepSize => {
+                files.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::KeepSize)?
+            }
+            OpKind::Write => files.write(self.id(op.file)?, op.offset, op.len, self.write_mode)?,
+            OpKind::Truncate => files.truncate(self.id(op.file)?, op.offset)?,
+            OpKind::Punch => files.punch_hole(self.id(op.file)?, op.offset, op.len)?,
+            OpKind::Fsync => files.fsync(self.id(op.file)?)?,
+            OpKind::Close => files.close(self.id(op.file)?)?,
+            OpKind::Unlink => {
+                files.unlink(self.id(op.file)?)?;
+                self.files[op.file as usize].store(0, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    fn id(&self, slot: u32) -> Result<FileId, OpError> {
+        match self.files.get(slot as usize).map(|a| a.load(Ordering::Acquire)) {
+            Some(0) | None => Err(OpError::Failed(format!("file slot {slot} is not open"))),
+            Some(id) => Ok(FileId(id)),
+        }
+    }
+}
+
+impl Target for EngineTarget {
+    fn apply(&self, op: &Op) -> Result<(), OpError> {
+        match &self.engine {
+            Engine::Memory(fs) => self.apply_to(&**fs, op),
+            Engine::Persistent { vol, .. } => self.apply_to(&**vol, op),
+        }
+    }
+
+    fn sync(&self) {
+        match &self.engine {
+            Engine::Memory(fs) => fs.sync(),
+            // A failed sync turns the volume read-only; the next operation
+            // reports it.
+            Engine::Persistent { vol, .. } => vol.sync().unwrap_or(()),
+        }
+    }
+
+    fn available_bytes(&self) -> u64 {
+        self.fs().available_blocks() * self.fs().block_size()
+    }
+
+    fn layouts(&self) -> Result<Vec<FileLayout>, LabError> {
+        let mut out = Vec::new();
+        for (slot, id) in self.files.iter().enumerate() {
+            let id = id.load(Ordering::Acquire);
+            if id == 0 {
+                continue;
+            }
+            let records = self
+                .fs()
+                .extents(FileId(id))?
+                .into_iter()
+                .map(|e| Record { logical: e.logical, physical: e.physical, len: e.len.into() })
+                .collect();
+            out.push(FileLayout { name: self.names[slot].clone(), records });
+        }
+        Ok(out)
+    }
+
+    fn free_space(&self) -> Result<FreeSpace, LabError> {
+        let a = self.fs().allocator();
+        let g = a.geometry();
+        let mut runs = Vec::new();
+        a.for_each_free_extent(|_, len| runs.push(len));
+        Ok(FreeSpace { block_size: g.block_size(), total_blocks: g.total_blocks(), free_blocks: a.free_blocks(), runs })
+    }
+
+    fn counters(&self) -> Option<AllocCounters> {
+        Some(AllocCounters::from_stats(&self.fs().allocator().stats()))
+    }
+
+    fn mb_stats_text(&self) -> Option<String> {
+        Some(self.fs().allocator().mb_stats_report())
+    }
+
+    fn engine_stats(&self) -> Option<mballoc_fs::FsStats> {
+        Some(self.fs().stats())
+    }
+
+    fn blocks_per_flex(&self) -> u64 {
+        // mke2fs's default flex_bg of 16 groups.
+        u64::from(self.fs().allocator().geometry().blocks_per_group()) * 16
+    }
+}

@@ -1,0 +1,124 @@
+//! Backends: what a workload runs on. The engine is mballoc-fs in this
+//! process; the kernel backends are loop-mounted ext4, XFS and btrfs images
+//! driven with system calls. Both answer the same questions afterwards
+//! (file layouts, free space, allocator counters), so every metric is
+//! computed the same way.
+
+mod engine;
+mod kernel;
+mod mb_stats;
+
+pub use engine::{EngineTarget, VolumeFile};
+pub use kernel::KernelTarget;
+pub use mb_stats::AllocCounters;
+
+use crate::error::LabError;
+use crate::metrics::{FileLayout, FreeSpace};
+use crate::mount::KernelFs;
+use crate::workload::Op;
+use mballoc_fs::FsError;
+use thiserror::Error;
+
+/// Which backend a row ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// The engine, in process.
+    Engine,
+    /// A kernel file system on a loop device.
+    Kernel(KernelFs),
+}
+
+impl BackendKind {
+    /// All backends, in report order.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Engine,
+        BackendKind::Kernel(KernelFs::Ext4),
+        BackendKind::Kernel(KernelFs::Xfs),
+        BackendKind::Kernel(KernelFs::Btrfs),
+    ];
+
+    /// The name in `--backends` and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Engine => "engine",
+            BackendKind::Kernel(k) => k.name(),
+        }
+    }
+
+    /// Parse a `--backends` name.
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        BackendKind::ALL.into_iter().find(|b| b.name() == s)
+    }
+}
+
+/// An operation that failed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum OpError {
+    #[error("no space left")]
+    /// The file system is full.
+    NoSpace,
+    #[error("{0}")]
+    /// Anything else, with its message.
+    Failed(String),
+}
+
+impl From<FsError> for OpError {
+    fn from(e: FsError) -> Self {
+        match e {
+            FsError::NoSpace { .. } => OpError::NoSpace,
+            e => OpError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<mballoc_vol::VolError> for OpError {
+    fn from(e: mballoc_vol::VolError) -> Self {
+        match e {
+            mballoc_vol::VolError::Fs(e) => e.into(),
+            e => OpError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<std::io::Error> for OpError {
+    fn from(e: std::io::Error) -> Self {
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            OpError::NoSpace
+        } else {
+            OpError::Failed(e.to_string())
+        }
+    }
+}
+
+/// A volume a workload runs on.
+pub trait Target: Sync {
+    /// Apply one operation.
+    fn apply(&self, op: &Op) -> Result<(), OpError>;
+    /// Make everything durable and allocated (sync, commit).
+    fn sync(&self);
+    /// Free bytes a file could still get.
+    fn available_bytes(&self) -> u64;
+    /// The layout of every file that exists.
+    fn layouts(&self) -> Result<Vec<FileLayout>, LabError>;
+    /// Free space, or why it cannot be known.
+    fn free_space(&self) -> Result<FreeSpace, LabError>;
+    /// Allocator counters, where the backend has them.
+    fn counters(&self) -> Option<AllocCounters>;
+    /// The allocator's own mb_stats text, where it has one.
+    fn mb_stats_text(&self) -> Option<String>;
+    /// Blocks per group × groups per flex group (e4defrag's "best").
+    fn blocks_per_flex(&self) -> u64;
+    /// The file layer's own counters (the engine only).
+    fn engine_stats(&self) -> Option<mballoc_fs::FsStats> {
+        None
+    }
+}
+
+/// How the engine treats buffered writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Delayed allocation (ext4's default).
+    Delalloc,
+    /// Every write allocated at once (`-o nodelalloc`).
+    NoDelalloc,
+}

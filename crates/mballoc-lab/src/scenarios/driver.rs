@@ -1,0 +1,211 @@
+//! The one loop every scenario runs: its variants (a backend and a
+//! labelled configuration of it) in order, each building what it runs on
+//! and adding its rows. A backend that was not asked for is passed over;
+//! one that this machine cannot offer is reported as skipped once, with
+//! the reason, and its other variants are passed over too; a variant that
+//! fails leaves a note naming it and the cause.
+
+use super::targets::{engine_with_files, kernel_with_files, persistent_volume, with_stats};
+use super::Env;
+use crate::backend::{BackendKind, EngineTarget, Target, VolumeFile, WriteMode};
+use crate::error::{chain, LabError};
+use crate::mount::{KernelFs, Mount};
+use crate::report::ScenarioReport;
+use crate::workload::Workload;
+use mballoc_fs::FsConfig;
+use mballoc_vol::MountOptions;
+use std::sync::Arc;
+
+/// A change to the engine's configuration.
+pub type Tweak = Arc<dyn Fn(&mut FsConfig) + Send + Sync>;
+
+/// Where an engine variant keeps its volume.
+#[derive(Clone)]
+enum Storage {
+    /// In this process's memory: allocation only, writes carry no data.
+    Memory,
+    /// On a volume file, mounted with these options: data, cache, journal.
+    Device(MountOptions),
+}
+
+#[derive(Clone)]
+enum Setup {
+    Engine { write_mode: WriteMode, storage: Storage, tweak: Tweak },
+    Kernel { fs: KernelFs, options: String, knobs: Vec<(String, String)> },
+}
+
+/// One row's backend and configuration.
+#[derive(Clone)]
+pub struct Variant {
+    label: String,
+    setup: Setup,
+}
+
+impl Variant {
+    /// The engine in memory with delayed allocation, configured by `tweak`.
+    pub fn engine(label: impl Into<String>, tweak: impl Fn(&mut FsConfig) + Send + Sync + 'static) -> Variant {
+        Variant {
+            label: label.into(),
+            setup: Setup::Engine { write_mode: WriteMode::Delalloc, storage: Storage::Memory, tweak: Arc::new(tweak) },
+        }
+    }
+
+    /// A kernel file system mounted with `options` (as `mount -o`).
+    pub fn kernel(fs: KernelFs, label: impl Into<String>, options: &str) -> Variant {
+        Variant { label: label.into(), setup: Setup::Kernel { fs, options: options.into(), knobs: Vec::new() } }
+    }
+
+    /// The engine on a persistent volume, mounted with default options.
+    pub fn on_device(self) -> Variant {
+        self.on_device_with(MountOptions::default())
+    }
+
+    /// The engine on a persistent volume mounted with `opts`.
+    pub fn on_device_with(mut self, opts: MountOptions) -> Variant {
+        if let Setup::Engine { storage, .. } = &mut self.setup {
+            *storage = Storage::Device(opts);
+        }
+        self
+    }
+
+    /// How the in-memory engine treats buffered writes.
+    pub fn write_mode(mut self, mode: WriteMode) -> Variant {
+        if let Setup::Engine { write_mode, .. } = &mut self.setup {
+            *write_mode = mode;
+        }
+        self
+    }
+
+    /// An ext4 sysfs knob (`/sys/fs/ext4/DEV/NAME`) set after mounting.
+    pub fn knob(mut self, name: &str, value: impl ToString) -> Variant {
+        if let Setup::Kernel { knobs, .. } = &mut self.setup {
+            knobs.push((name.into(), value.to_string()));
+        }
+        self
+    }
+
+    /// The backend this variant runs on.
+    pub fn backend(&self) -> BackendKind {
+        match &self.setup {
+            Setup::Engine { .. } => BackendKind::Engine,
+            Setup::Kernel { fs, .. } => BackendKind::Kernel(*fs),
+        }
+    }
+
+    /// The row's label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Apply this variant's engine configuration to `cfg` (nothing for a
+    /// kernel variant).
+    pub fn configure(&self, cfg: &mut FsConfig) {
+        if let Setup::Engine { tweak, .. } = &self.setup {
+            tweak(cfg);
+        }
+    }
+
+    /// A fresh target for workload `w`.
+    pub fn target(&self, w: &Workload) -> Result<Box<dyn Target>, LabError> {
+        self.target_with_files(w, w.file_names())
+    }
+
+    /// A fresh target for workload `w` whose file slots are `names`.
+    pub fn target_with_files(&self, w: &Workload, names: Vec<String>) -> Result<Box<dyn Target>, LabError> {
+        match &self.setup {
+            Setup::Engine { write_mode, storage: Storage::Memory, tweak } => {
+                Ok(Box::new(engine_with_files(w, names, *write_mode, |c| tweak(c))?))
+            }
+            Setup::Engine { storage: Storage::Device(opts), tweak, .. } => {
+                if w.image.is_some() {
+                    return Err(LabError::Invalid("a persistent volume starts empty, not from an ext4 image".into()));
+                }
+                let (vol, file) = persistent_volume(w.volume.0, w.block_size, opts.clone(), with_stats(|c| tweak(c)))?;
+                Ok(Box::new(EngineTarget::persistent(vol, file, names)))
+            }
+            Setup::Kernel { fs, options, knobs } => {
+                // Whatever stops the file system from being made or
+                // mounted here makes the backend unavailable.
+                let t = kernel_with_files(*fs, w, names, options).map_err(|e| {
+                    if e.is_unavailable() {
+                        e
+                    } else {
+                        LabError::Unavailable(chain(&e))
+                    }
+                })?;
+                for (name, value) in knobs {
+                    t.mount().set_ext4_knob(name, value)?;
+                }
+                Ok(Box::new(t))
+            }
+        }
+    }
+
+    /// A fresh persistent volume of `bytes` bytes for an engine variant
+    /// kept on a device, for scenarios that drive the volume itself.
+    pub fn engine_volume(&self, bytes: u64, block_size: u32) -> Result<(mballoc_vol::Volume, VolumeFile), LabError> {
+        match &self.setup {
+            Setup::Engine { storage: Storage::Device(opts), tweak, .. } => {
+                persistent_volume(bytes, block_size, opts.clone(), |c| tweak(c))
+            }
+            _ => Err(LabError::Invalid(format!("variant {:?} is not an engine on a device", self.label))),
+        }
+    }
+
+    /// A fresh kernel file system of `bytes` bytes for a kernel variant,
+    /// for scenarios that drive the mount themselves.
+    pub fn kernel_mount(&self, bytes: u64, block_size: u32) -> Result<Mount, LabError> {
+        match &self.setup {
+            Setup::Kernel { fs, options, knobs } => {
+                let m = Mount::new(*fs, bytes, block_size, options).map_err(|e| {
+                    if e.is_unavailable() {
+                        e
+                    } else {
+                        LabError::Unavailable(chain(&e))
+                    }
+                })?;
+                for (name, value) in knobs {
+                    m.set_ext4_knob(name, value)?;
+                }
+                Ok(m)
+            }
+            Setup::Engine { .. } => {
+                Err(LabError::Invalid(format!("variant {:?} is not a kernel file system", self.label)))
+            }
+        }
+    }
+}
+
+/// The kernel variants of a run: for ext4 one per `(label, mount options)`
+/// of `ext4`, for the others their defaults.
+pub fn kernel_variants(env: &Env, ext4: &[(&str, &str)]) -> Vec<Variant> {
+    env.kernels()
+        .into_iter()
+        .flat_map(|k| match k {
+            KernelFs::Ext4 => ext4.iter().map(|(label, opts)| Variant::kernel(k, *label, opts)).collect(),
+            _ => vec![Variant::kernel(k, "default", "")],
+        })
+        .collect()
+}
+
+/// Run `each` for every variant whose backend was asked for, in order. A
+/// variant whose backend cannot run here marks the backend skipped (its
+/// later variants are passed over); any other failure becomes a note.
+pub fn for_each_variant(
+    env: &Env,
+    rep: &mut ScenarioReport,
+    variants: &[Variant],
+    mut each: impl FnMut(&Variant, &mut ScenarioReport) -> Result<(), LabError>,
+) {
+    for v in variants {
+        let backend = v.backend().name();
+        if !env.wants(v.backend()) || rep.is_skipped(backend) {
+            continue;
+        }
+        match each(v, rep) {
+            Ok(()) => {}
+            Err(e) if e.is_unavailable() => rep.skip(backend, &e.to_string()),
+            Err(e) => rep.notes.push(format!("{backend} {}: {}", v.label(), chain(&e))),
+        }
+    }
+}
