@@ -173,19 +173,7 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const APPENDERS: &str = r#"
-        name = "appenders"
-        volume = "64M"
-        interleave = "in-turn"
-        [[job]]
-        name = "a"
-        clones = 2
-        files = 2
-        setup = [{ op = "create" }]
-        steps = [{ op = "fallocate", len = "4K", count = 3 }, { op = "truncate", offset = 0 }]
-        repeat = 2
-    "#;
+    use crate::workload::tests::APPENDERS;
 
     #[test]
     fn trace_round_trips() {

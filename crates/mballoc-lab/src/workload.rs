@@ -378,10 +378,11 @@ fn job_ops(job: &Job, first_file: u32) -> impl Iterator<Item = Op> + Send + '_ {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const APPENDERS: &str = r#"
+    /// Two clones of two appenders each, in turn (the trace tests use it too).
+    pub(crate) const APPENDERS: &str = r#"
         name = "appenders"
         volume = "64M"
         interleave = "in-turn"
