@@ -52,6 +52,7 @@ const VARIANTS: &[(&str, &str)] = &[
     ("4k-bigalloc", "-t ext4 -b 4096 -O bigalloc -C 65536"),
     ("ext3", "-t ext3 -b 4096"),
     ("ext2-1k", "-t ext2 -b 1024"),
+    ("4k-inline_data", "-t ext4 -b 4096 -I 256 -O inline_data"),
 ];
 
 /// Populate a mounted volume; returns `filefrag` lines for every regular file.
@@ -66,6 +67,11 @@ fn populate_mounted(mnt: &Path) -> Vec<String> {
     sh("dd if=/dev/zero of=a/b/c/sparse bs=4K count=3 seek=5000 conv=notrunc status=none");
     sh("for i in $(seq 1 16); do dd if=/dev/zero of=a/inter$((i%4)) bs=64K count=1 oflag=append conv=notrunc status=none; sync; done");
     sh("ln a/data a/b/hardlink && ln -s /a/data symlink && rm -f big/name-long-enough-to-need-blocks-1*");
+    // Under inline_data: a directory whose entries continue from i_block
+    // into the system.data attribute, empty and tiny inline files, and one
+    // that outgrew the inode.
+    sh("mkdir inl && for i in 1 2 3 4 5; do echo x > inl/abcdefg$i; done");
+    sh(": > empty && printf abc > tiny && head -c 100 /dev/zero > inl100 && head -c 3000 /dev/zero > outgrown");
     let list = sh("find . -type f | sort");
     list.lines()
         .map(|f| {
@@ -85,6 +91,8 @@ fn generated_tree(dir: &Path) {
     }
     std::fs::write(dir.join("a/data"), vec![7u8; 3 << 20]).unwrap();
     std::fs::write(dir.join("a/b/c/small"), vec![1u8; 5000]).unwrap();
+    std::fs::write(dir.join("empty"), b"").unwrap();
+    std::fs::write(dir.join("tiny"), b"abc").unwrap();
 }
 
 #[test]
@@ -131,6 +139,13 @@ fn inspect_matches_e2freefrag_and_filefrag_on_mkfs_variants() {
         } else {
             let theirs = run(Command::new("e2freefrag").arg(&img));
             assert_eq!(ours, theirs, "{name}: inspect --freefrag differs from e2freefrag");
+        }
+        if expected_files.is_none() && opts.contains("inline_data") {
+            // As filefrag counts them: inline data is one extent, an empty
+            // file none (mke2fs -d keeps small files inline).
+            let files = run(mballoc().args(["inspect", "--files"]).arg(&img));
+            assert!(files.contains("/tiny: 1 extent found\n"), "{name}: {files}");
+            assert!(files.contains("/empty: 0 extents found\n"), "{name}: {files}");
         }
         let groups = run(mballoc().args(["inspect", "--groups"]).arg(&img));
         assert!(groups.starts_with("#group: free"), "{name}: {groups}");

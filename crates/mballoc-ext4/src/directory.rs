@@ -7,7 +7,7 @@ use crate::bytes::{le16, le32};
 use crate::checksum::crc32c_raw;
 use crate::error::{Ext4Error, Result};
 use crate::inode::{inode_csum_seed, FileType, Inode, MappingKind, ROOT_INO};
-use crate::mapping::FileMap;
+use crate::mapping::{Claims, FileMap, INLINE_ROOT_BYTES};
 use crate::source::BlockSource;
 use crate::superblock::{incompat, ChecksumPolicy};
 use crate::volume::Volume;
@@ -20,6 +20,9 @@ pub struct DirEntry {
     pub ino: u32,
     /// The name's bytes.
     pub name: Vec<u8>,
+    /// The block that holds the entry: a directory block, or the inode
+    /// table block of an inline directory.
+    pub block: u64,
 }
 
 /// A path reached from the root, with its inode and block map.
@@ -48,7 +51,14 @@ impl Tree {
     }
 }
 
+/// A path still to visit: its inode, and the directory and entry that
+/// named it (none for the root).
+type Pending = (String, u32, Option<(u32, DirEntry)>);
+
 const TAIL_LEN: usize = 12;
+/// Record lengths inside an inline directory are plain (the 64 KiB-block
+/// encoding never applies).
+const INLINE_REC_LIMIT: usize = 4096;
 const TAIL_FILE_TYPE: u8 = 0xDE;
 
 impl<S: BlockSource> Volume<S> {
@@ -57,17 +67,22 @@ impl<S: BlockSource> Volume<S> {
         let sb = self.superblock();
         let mut out = Vec::new();
         let bad = |block: u64, reason: String| Ext4Error::Directory { ino: dir.ino, block, reason };
+        let filetype = sb.has_incompat(incompat::FILETYPE);
         if map.kind == MappingKind::Inline {
-            if dir.size > 60 {
-                return Err(Ext4Error::Unsupported(format!(
-                    "inline-data directory inode {} continues in an extended attribute",
-                    dir.ino
-                )));
+            // The parent's number, then entries filling the rest of
+            // i_block, then (a larger directory) more entries filling the
+            // system.data attribute.
+            let at = dir.table_block;
+            out.push(DirEntry { ino: le32(&dir.block, 0), name: b"..".to_vec(), block: at });
+            parse_entries(&dir.block[4..], INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
+            let more = crate::xattr::ibody_value(&dir.ibody, crate::xattr::INDEX_SYSTEM, b"data")
+                .map_err(|r| bad(at, format!("inline directory attribute: {r}")))?
+                .unwrap_or(&[]);
+            let held = INLINE_ROOT_BYTES + more.len() as u64;
+            if dir.size > held {
+                return Err(bad(at, format!("inline directory of {} bytes holds only {held}", dir.size)));
             }
-            // The parent's number, then entries filling the rest of i_block.
-            out.push(DirEntry { ino: le32(&dir.block, 0), name: b"..".to_vec() });
-            parse_entries(&dir.block[4..], 4096, sb.has_incompat(incompat::FILETYPE), &mut out)
-                .map_err(|r| bad(0, r))?;
+            parse_entries(more, INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
             return Ok(out);
         }
         let bs = u64::from(sb.block_size);
@@ -113,53 +128,69 @@ impl<S: BlockSource> Volume<S> {
                     }
                     None => &raw[..],
                 };
-                parse_entries(body, raw.len(), sb.has_incompat(incompat::FILETYPE), &mut out)
-                    .map_err(|r| bad(block, r))?;
+                parse_entries(body, raw.len(), filetype, block, &mut out).map_err(|r| bad(block, r))?;
             }
         }
         Ok(out)
     }
 
-    /// Walk every directory from the root. Checks that directories do not
-    /// loop, that entries name live inodes, and that no block is claimed
-    /// twice among the inodes reached and the journal.
+    /// Walk every directory from the root. Checks that the root is a
+    /// directory, that directories do not loop, that entries name live
+    /// inodes, and that no block is claimed twice among the inodes reached
+    /// and the journal; every block is claimed before it is read, so a
+    /// walk reads each block of the image at most once. An error names
+    /// the block that holds the bad structure (for a bad entry, the
+    /// directory block that holds it).
     pub fn walk(&self) -> Result<Tree> {
+        let mut claims = Claims::default();
         let mut entries = Vec::new();
         let mut maps: HashMap<u32, (Inode, FileMap)> = HashMap::new();
         let mut seen_dirs = HashSet::new();
-        let mut stack = vec![(String::from("/"), ROOT_INO)];
-        while let Some((path, ino)) = stack.pop() {
+        let root = self.inode(ROOT_INO)?;
+        if root.file_type() != FileType::Directory || root.links_count == 0 {
+            return Err(Ext4Error::Inode {
+                ino: ROOT_INO,
+                block: root.table_block,
+                reason: format!("the root is not a live directory (mode {:#o}, {} links)", root.mode, root.links_count),
+            });
+        }
+        let root_map = self.file_map_claimed(&root, &mut claims)?;
+        maps.insert(ROOT_INO, (root, root_map));
+        let mut stack: Vec<Pending> = vec![(String::from("/"), ROOT_INO, None)];
+        while let Some((path, ino, via)) = stack.pop() {
+            let named = |reason: String| match &via {
+                Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
+                None => Ext4Error::Inode { ino, block: 0, reason },
+            };
             let (inode, map) = match maps.get(&ino) {
                 Some(m) => m.clone(),
                 None => {
-                    let inode = self.inode(ino)?;
-                    if inode.links_count == 0 || inode.mode == 0 {
-                        return Err(Ext4Error::Inode {
-                            ino,
-                            block: 0,
-                            reason: format!("{path} names an inode that is not in use"),
-                        });
+                    if ino > self.superblock().inodes_count {
+                        return Err(named(format!("{path} names inode {ino}, past the last inode")));
                     }
-                    let map = self.file_map(&inode)?;
+                    let inode = self.inode(ino).map_err(|e| match e {
+                        Ext4Error::Inode { reason, .. } => named(format!("{path} names inode {ino}, which {reason}")),
+                        e => e,
+                    })?;
+                    if inode.links_count == 0 || inode.mode == 0 {
+                        return Err(named(format!("{path} names inode {ino}, which is not in use")));
+                    }
+                    let map = self.file_map_claimed(&inode, &mut claims)?;
                     maps.insert(ino, (inode.clone(), map.clone()));
                     (inode, map)
                 }
             };
             if inode.file_type() == FileType::Directory {
                 if !seen_dirs.insert(ino) {
-                    return Err(Ext4Error::Directory {
-                        ino,
-                        block: 0,
-                        reason: format!("{path} reaches a directory already walked (loop or hard link)"),
-                    });
+                    return Err(named(format!("{path} reaches directory inode {ino} again (a loop or a hard link)")));
                 }
                 for d in self.read_dir(&inode, &map)? {
-                    if d.ino == 0 || d.name == b"." || d.name == b".." {
+                    if d.name == b"." || d.name == b".." {
                         continue;
                     }
                     let name = String::from_utf8_lossy(&d.name);
                     let child = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
-                    stack.push((child, d.ino));
+                    stack.push((child, d.ino, Some((ino, d))));
                 }
             }
             entries.push(Entry { path, inode, map });
@@ -167,10 +198,8 @@ impl<S: BlockSource> Volume<S> {
         let journal = self.superblock().journal_inum;
         if journal != 0 && !maps.contains_key(&journal) {
             let inode = self.inode(journal)?;
-            let map = self.file_map(&inode)?;
-            maps.insert(journal, (inode, map));
+            self.file_map_claimed(&inode, &mut claims)?;
         }
-        check_overlaps(maps.iter().map(|(&ino, (_, m))| (ino, m)))?;
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(Tree { entries })
     }
@@ -219,6 +248,7 @@ fn parse_entries(
     buf: &[u8],
     block_size: usize,
     filetype: bool,
+    block: u64,
     out: &mut Vec<DirEntry>,
 ) -> std::result::Result<(), String> {
     let mut pos = 0;
@@ -236,31 +266,9 @@ fn parse_entries(
             return Err(format!("entry at byte {pos}: name of {name_len} bytes in a record of {len}"));
         }
         if ino != 0 {
-            out.push(DirEntry { ino, name: buf[pos + 8..pos + 8 + name_len].to_vec() });
+            out.push(DirEntry { ino, name: buf[pos + 8..pos + 8 + name_len].to_vec(), block });
         }
         pos += len;
-    }
-    Ok(())
-}
-
-/// Fail if two maps (or one map twice) claim a block.
-pub(crate) fn check_overlaps<'a>(maps: impl Iterator<Item = (u32, &'a FileMap)>) -> Result<()> {
-    let mut ranges: Vec<(u64, u64, u32)> = Vec::new();
-    for (ino, m) in maps {
-        ranges.extend(m.extents.iter().map(|e| (e.physical, u64::from(e.len), ino)));
-        ranges.extend(m.map_blocks.iter().map(|&b| (b, 1, ino)));
-    }
-    ranges.sort_unstable();
-    let mut reach: Option<(u64, u32)> = None;
-    for &(s, len, ino) in &ranges {
-        if let Some((end, owner)) = reach {
-            if s < end {
-                return Err(Ext4Error::Overlap { block: s, first: owner, second: ino });
-            }
-        }
-        if reach.map_or(true, |(end, _)| s + len > end) {
-            reach = Some((s + len, ino));
-        }
     }
     Ok(())
 }

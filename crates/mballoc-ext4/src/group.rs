@@ -133,7 +133,9 @@ pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: Check
         }
     }
     let bad = |reason: String| Ext4Error::Descriptor { group: g, block, reason };
-    let lo = u64::from(sb.first_data_block);
+    // Nothing of a group's may sit in the primary superblock or the
+    // descriptor table that follows it.
+    let lo = base_metadata(sb, 0).map_or(u64::from(sb.first_data_block), |(s, len)| s + len);
     let end = sb.blocks_count;
     for (what, at, len) in [
         ("block bitmap", d.block_bitmap, 1u64),
@@ -141,7 +143,9 @@ pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: Check
         ("inode table", d.inode_table, u64::from(sb.inode_table_blocks())),
     ] {
         if at < lo || at.checked_add(len).map_or(true, |e| e > end) {
-            return Err(bad(format!("{what} at block {at} (+{len}) is outside blocks {lo}..{end}")));
+            return Err(bad(format!(
+                "{what} at block {at} (+{len}) is outside blocks {lo}..{end} (past the superblock and descriptors)"
+            )));
         }
     }
     if d.free_blocks > sb.clusters_per_group {

@@ -56,6 +56,11 @@ pub struct Inode {
     pub block: [u8; 60],
     /// `i_extra_isize`: bytes used past the original 128.
     pub extra_isize: u16,
+    /// The inode's bytes after `i_extra_isize`: its in-inode extended
+    /// attributes (inline data continues there).
+    pub ibody: Vec<u8>,
+    /// The inode-table block that holds this inode.
+    pub table_block: u64,
 }
 
 /// How a file's blocks are found.
@@ -72,9 +77,13 @@ pub enum MappingKind {
 }
 
 impl Inode {
-    /// Decode `raw` (the on-disk inode, `inode_size` bytes).
-    pub fn parse(sb: &Superblock, ino: u32, raw: &[u8]) -> Inode {
+    /// Decode `raw` (the on-disk inode, `inode_size` bytes) read from
+    /// inode-table block `table_block`. An `i_extra_isize` that runs past
+    /// the inode leaves no attribute area (the caller refuses it).
+    pub fn parse(sb: &Superblock, ino: u32, raw: &[u8], table_block: u64) -> Inode {
         let big = raw.len() > GOOD_OLD_INODE_SIZE;
+        let extra_isize = if big { le16(raw, 0x80) } else { 0 };
+        let ibody = raw.get(GOOD_OLD_INODE_SIZE + usize::from(extra_isize)..).unwrap_or(&[]).to_vec();
         let flags = le32(raw, 0x20);
         let blocks_lo = u64::from(le32(raw, 0x1C));
         let blocks_hi = u64::from(le16(raw, 0x74));
@@ -94,7 +103,9 @@ impl Inode {
             generation: le32(raw, 0x64),
             sectors,
             block,
-            extra_isize: if big { le16(raw, 0x80) } else { 0 },
+            extra_isize,
+            ibody,
+            table_block,
         }
     }
 

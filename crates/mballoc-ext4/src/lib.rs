@@ -55,6 +55,7 @@ pub mod mapping;
 pub mod source;
 pub mod superblock;
 pub mod volume;
+mod xattr;
 
 pub use directory::{DirEntry, Entry, Tree};
 pub use error::{Ext4Error, Result};

@@ -15,7 +15,7 @@ use crate::inode::{inode_csum_seed, Inode, MappingKind};
 use crate::source::BlockSource;
 use crate::superblock::ChecksumPolicy;
 use crate::volume::Volume;
-use std::collections::HashSet;
+use std::collections::BTreeMap;
 
 const EXTENT_MAGIC: u16 = 0xF30A;
 /// The kernel's limit on extent tree depth.
@@ -47,6 +47,8 @@ pub struct FileMap {
     pub extents: Vec<Extent>,
     /// Blocks the map itself occupies.
     pub map_blocks: Vec<u64>,
+    /// Bytes of data kept in the inode itself (inline data; 0 otherwise).
+    pub inline_len: u64,
 }
 
 impl FileMap {
@@ -55,8 +57,13 @@ impl FileMap {
         self.extents.iter().map(|e| u64::from(e.len)).sum()
     }
 
-    /// Extents as `filefrag` counts them.
+    /// Extents as `filefrag` counts them: inline data is one extent
+    /// (FIEMAP reports it with `FIEMAP_EXTENT_DATA_INLINE`), or none when
+    /// the file is empty.
     pub fn filefrag_extents(&self) -> u64 {
+        if self.kind == MappingKind::Inline {
+            return u64::from(self.inline_len > 0);
+        }
         filefrag_count(self.extents.iter().map(|e| (e.logical, e.physical, u64::from(e.len))))
     }
 }
@@ -82,27 +89,77 @@ pub fn filefrag_count(records: impl IntoIterator<Item = (u64, u64, u64)>) -> u64
     n
 }
 
+/// Blocks already owned by an inode reached so far, as disjoint runs
+/// (adjacent runs of one owner merged). Every map and data block is
+/// claimed before it is used, so a block reached twice is an error before
+/// anything behind it is read: a walk takes at most one step per block of
+/// the image, whatever the maps claim, and remembers no more runs than
+/// the image has blocks.
+#[derive(Debug, Default)]
+pub(crate) struct Claims {
+    runs: BTreeMap<u64, (u64, u32)>,
+}
+
+impl Claims {
+    /// Claim `[start, start + len)` for inode `ino`; a block already
+    /// claimed (by any inode, this one included) is an overlap.
+    pub(crate) fn claim(&mut self, start: u64, len: u64, ino: u32) -> Result<()> {
+        let end = start + len;
+        if let Some((_, &(e, owner))) = self.runs.range(..=start).next_back() {
+            if e > start {
+                return Err(Ext4Error::Overlap { block: start, first: owner, second: ino });
+            }
+        }
+        if let Some((&s, &(_, owner))) = self.runs.range(start..end).next() {
+            return Err(Ext4Error::Overlap { block: s, first: owner, second: ino });
+        }
+        let (mut lo, mut hi) = (start, end);
+        if let Some((&s, &(e, owner))) = self.runs.range(..start).next_back() {
+            if e == start && owner == ino {
+                self.runs.remove(&s);
+                lo = s;
+            }
+        }
+        if let Some(&(e, owner)) = self.runs.get(&end) {
+            if owner == ino {
+                self.runs.remove(&end);
+                hi = e;
+            }
+        }
+        self.runs.insert(lo, (hi, ino));
+        Ok(())
+    }
+}
+
 struct Walk<'a> {
     ino: u32,
     csum_seed: Option<u32>,
-    visited: HashSet<u64>,
     map: &'a mut FileMap,
+    claims: &'a mut Claims,
 }
 
 impl<S: BlockSource> Volume<S> {
-    /// The block map of `inode`.
+    /// The block map of `inode`. A block the map reaches twice is an
+    /// [`Ext4Error::Overlap`].
     pub fn file_map(&self, inode: &Inode) -> Result<FileMap> {
+        self.file_map_claimed(inode, &mut Claims::default())
+    }
+
+    /// The block map of `inode`, claiming every block it reaches in
+    /// `claims` (shared by a whole walk) before using it.
+    pub(crate) fn file_map_claimed(&self, inode: &Inode, claims: &mut Claims) -> Result<FileMap> {
         let kind = inode.mapping();
-        let mut map = FileMap { kind, extents: Vec::new(), map_blocks: Vec::new() };
+        let mut map = FileMap { kind, extents: Vec::new(), map_blocks: Vec::new(), inline_len: 0 };
         match kind {
             MappingKind::Extents => {
                 let csum_seed = (self.superblock().metadata_csum() && self.policy() == ChecksumPolicy::Verify)
                     .then(|| inode_csum_seed(self.superblock(), inode.ino, inode.generation));
-                let mut w = Walk { ino: inode.ino, csum_seed, visited: HashSet::new(), map: &mut map };
+                let mut w = Walk { ino: inode.ino, csum_seed, map: &mut map, claims };
                 self.extent_node(&mut w, &inode.block, 0, None, 0, NO_LOGICAL_END)?;
             }
-            MappingKind::Indirect => self.indirect_map(inode, &mut map)?,
-            MappingKind::Inline | MappingKind::None => {}
+            MappingKind::Indirect => self.indirect_map(inode, &mut map, claims)?,
+            MappingKind::Inline => map.inline_len = inline_len(inode)?,
+            MappingKind::None => {}
         }
         Ok(map)
     }
@@ -177,6 +234,7 @@ impl<S: BlockSource> Volume<S> {
                     return Err(bad(format!("entry {i} points at blocks {physical}+{len}, outside the volume")));
                 }
                 next_lo = logical + u64::from(len);
+                w.claims.claim(physical, u64::from(len), ino)?;
                 w.map.extents.push(Extent { logical, physical, len: u32::from(len), unwritten });
             }
             return Ok(());
@@ -192,9 +250,12 @@ impl<S: BlockSource> Volume<S> {
             if !self.in_volume(child, 1) {
                 return Err(bad(format!("index {i} points at block {child}, outside the volume")));
             }
-            if !w.visited.insert(child) {
-                return Err(bad(format!("index {i} points at block {child}, already in the tree (loop)")));
-            }
+            w.claims.claim(child, 1, ino).map_err(|e| match e {
+                Ext4Error::Overlap { first, .. } if first == ino => {
+                    bad(format!("index {i} points at block {child}, already in the tree (loop)"))
+                }
+                e => e,
+            })?;
             w.map.map_blocks.push(child);
             let node = self.read_block("extent tree node", child)?;
             self.extent_node(w, &node, child, Some(node_depth - 1), logical, child_hi)?;
@@ -205,15 +266,14 @@ impl<S: BlockSource> Volume<S> {
 
     /// ext2/3 maps: 12 direct pointers, then single, double and triple
     /// indirect blocks of `block_size / 4` pointers each.
-    fn indirect_map(&self, inode: &Inode, map: &mut FileMap) -> Result<()> {
+    fn indirect_map(&self, inode: &Inode, map: &mut FileMap, claims: &mut Claims) -> Result<()> {
         let per = u64::from(self.superblock().block_size / 4);
-        let mut visited = HashSet::new();
-        let mut runs = Runs { extents: &mut map.extents };
+        let mut runs = Runs { ino: inode.ino, extents: &mut map.extents, claims };
         for i in 0..12 {
             let p = u64::from(le32(&inode.block, 4 * i));
             if p != 0 {
                 self.check_pointer(inode.ino, 0, p)?;
-                runs.push(i as u64, p);
+                runs.push(i as u64, p)?;
             }
         }
         let mut base = 12u64;
@@ -221,7 +281,7 @@ impl<S: BlockSource> Volume<S> {
         for level in 1..=3u32 {
             let p = u64::from(le32(&inode.block, 4 * (11 + level as usize)));
             if p != 0 {
-                self.indirect_block(inode.ino, p, level, base, &mut visited, &mut map.map_blocks, &mut runs)?;
+                self.indirect_block(inode.ino, 0, p, level, base, &mut map.map_blocks, &mut runs)?;
             }
             base += span;
             span = span.saturating_mul(per);
@@ -237,21 +297,27 @@ impl<S: BlockSource> Volume<S> {
         }
     }
 
+    /// Indirect block `block` of level `level` (1: it holds data
+    /// pointers), named by the map block `from` (0: the inode itself),
+    /// mapping logical blocks from `base`.
     #[allow(clippy::too_many_arguments)]
     fn indirect_block(
         &self,
         ino: u32,
+        from: u64,
         block: u64,
         level: u32,
         base: u64,
-        visited: &mut HashSet<u64>,
         map_blocks: &mut Vec<u64>,
         runs: &mut Runs,
     ) -> Result<()> {
-        self.check_pointer(ino, 0, block)?;
-        if !visited.insert(block) {
-            return Err(Ext4Error::Indirect { ino, block, reason: "indirect block reached twice (loop)".into() });
-        }
+        self.check_pointer(ino, from, block)?;
+        runs.claims.claim(block, 1, ino).map_err(|e| match e {
+            Ext4Error::Overlap { first, .. } if first == ino => {
+                Ext4Error::Indirect { ino, block: from, reason: format!("points at block {block} again (a loop)") }
+            }
+            e => e,
+        })?;
         map_blocks.push(block);
         let raw = self.read_block("indirect block", block)?;
         let per = u64::from(self.superblock().block_size / 4);
@@ -264,34 +330,50 @@ impl<S: BlockSource> Volume<S> {
             self.check_pointer(ino, block, p)?;
             let logical = base + i * child_span;
             if level == 1 {
-                runs.push(logical, p);
+                runs.push(logical, p)?;
             } else {
-                self.indirect_block(ino, p, level - 1, logical, visited, map_blocks, runs)?;
+                self.indirect_block(ino, block, p, level - 1, logical, map_blocks, runs)?;
             }
         }
         Ok(())
     }
 }
 
-/// Collects single blocks into extents.
+/// Collects single blocks into extents, claiming each.
 struct Runs<'a> {
+    ino: u32,
     extents: &'a mut Vec<Extent>,
+    claims: &'a mut Claims,
 }
 
 impl Runs<'_> {
-    fn push(&mut self, logical: u64, physical: u64) {
+    fn push(&mut self, logical: u64, physical: u64) -> Result<()> {
+        self.claims.claim(physical, 1, self.ino)?;
         if let Some(last) = self.extents.last_mut() {
             if last.logical + u64::from(last.len) == logical
                 && last.physical + u64::from(last.len) == physical
                 && last.len < u32::from(INIT_MAX_LEN)
             {
                 last.len += 1;
-                return;
+                return Ok(());
             }
         }
         self.extents.push(Extent { logical, physical, len: 1, unwritten: false });
+        Ok(())
     }
 }
+
+/// Bytes of an inline-data file: `i_size`, at most what `i_block` and the
+/// `system.data` attribute hold.
+fn inline_len(inode: &Inode) -> Result<u64> {
+    let more = crate::xattr::ibody_value(&inode.ibody, crate::xattr::INDEX_SYSTEM, b"data")
+        .map_err(|reason| Ext4Error::Inode { ino: inode.ino, block: inode.table_block, reason })?
+        .map_or(0, |v| v.len() as u64);
+    Ok(inode.size.min(INLINE_ROOT_BYTES + more))
+}
+
+/// Bytes of inline data `i_block` holds.
+pub(crate) const INLINE_ROOT_BYTES: u64 = 60;
 
 #[cfg(test)]
 mod tests {

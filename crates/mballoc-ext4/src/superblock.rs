@@ -190,8 +190,18 @@ impl Superblock {
             block_size
         };
         let ratio = cluster_size / block_size;
+        if !bigalloc && log_cluster != log_block {
+            return Err(geo(format!("cluster size 2^(10+{log_cluster}) differs from the block size without bigalloc")));
+        }
         let blocks_per_group = le32(b, 0x20);
-        let clusters_per_group = if bigalloc { le32(b, 0x24) } else { blocks_per_group };
+        // Without bigalloc the field must still equal the blocks per group
+        // (the kernel and e2fsprogs both refuse the volume otherwise).
+        let clusters_per_group = le32(b, 0x24);
+        if !bigalloc && clusters_per_group != blocks_per_group {
+            return Err(geo(format!(
+                "{clusters_per_group} clusters per group with {blocks_per_group} blocks per group and no bigalloc"
+            )));
+        }
         let max_per_group = 8 * block_size;
         if clusters_per_group < 8 || clusters_per_group > max_per_group || clusters_per_group % 8 != 0 {
             return Err(geo(format!(

@@ -228,7 +228,17 @@ impl<S: BlockSource> Volume<S> {
                 return Err(Ext4Error::Checksum { structure: format!("inode {ino}"), block, stored, computed });
             }
         }
-        let inode = Inode::parse(sb, ino, &raw);
-        Ok(inode)
+        if raw.len() > 128 && 128 + usize::from(crate::bytes::le16(&raw, 0x80)) > raw.len() {
+            return Err(Ext4Error::Inode {
+                ino,
+                block,
+                reason: format!(
+                    "i_extra_isize {} runs past the {}-byte inode",
+                    crate::bytes::le16(&raw, 0x80),
+                    raw.len()
+                ),
+            });
+        }
+        Ok(Inode::parse(sb, ino, &raw, block))
     }
 }

@@ -266,8 +266,11 @@ fn directory_records_and_dangling_entries() {
     let second = block + 12; // ".."
     let last = bad.vol().superblock().inodes_count - 1;
     bad.put32(second + 12, last); // the entry after ".." (f0 or similar)
+                                  // The error is the entry's: it names the directory and the block
+                                  // that holds the entry.
     let e = bad.read_all(ChecksumPolicy::Verify).unwrap_err();
-    assert!(matches!(e, Ext4Error::Inode { .. }), "{e}");
+    let dir_block = (block / img.block_size()) as u64;
+    assert!(matches!(e, Ext4Error::Directory { ino, block, .. } if ino == dir && block == dir_block), "{e}");
 }
 
 #[test]
@@ -281,6 +284,123 @@ fn indirect_pointers_outside_the_volume() {
         Err(Ext4Error::Indirect { ino, reason, .. }) => {
             assert_eq!(ino, a);
             assert!(reason.contains("outside"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A source that counts the blocks read through it.
+struct Counting {
+    bytes: Vec<u8>,
+    reads: std::cell::Cell<u64>,
+}
+
+impl mballoc_ext4::BlockSource for Counting {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.reads.set(self.reads.get() + 1);
+        buf.copy_from_slice(&self.bytes[offset as usize..offset as usize + buf.len()]);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_block_reached_twice_is_an_error_before_anything_behind_it_is_read() {
+    skip_without_mke2fs!();
+    // /a (40 KiB on 1 KiB blocks: 12 direct blocks and one indirect
+    // block) gains a double-indirect block naming 200 distinct indirect
+    // blocks, each holding one pointer: to /a's own first data block.
+    let mut img = image("-t ext2 -b 1024");
+    let a = img.ino_of("/a");
+    let bs = img.block_size();
+    let first_data = u32::from_le_bytes(img.bytes[img.inode_at(a) + 0x28..][..4].try_into().unwrap());
+    let blocks = (img.bytes.len() / bs) as u32;
+    let (dind, first_ind) = (blocks - 300, blocks - 250);
+    img.put32(img.inode_at(a) + 0x28 + 13 * 4, dind);
+    for k in 0..200u32 {
+        img.put32(dind as usize * bs + 4 * k as usize, first_ind + k);
+        img.put32((first_ind + k) as usize * bs, first_data);
+    }
+    let src = Counting { bytes: img.bytes.clone(), reads: std::cell::Cell::new(0) };
+    let vol = Volume::open(src, ChecksumPolicy::Verify).unwrap();
+    let before = vol.source().reads.get();
+    match vol.walk() {
+        Err(Ext4Error::Overlap { block, first, second }) => {
+            assert_eq!((block, first, second), (u64::from(first_data), a, a));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The walk stops at the first indirect block behind the double one:
+    // the other 199 are never read.
+    let reads = vol.source().reads.get() - before;
+    assert!(reads < 40, "{reads} reads");
+}
+
+#[test]
+fn a_root_that_is_not_a_directory_is_refused() {
+    skip_without_mke2fs!();
+    let mut img = image(PLAIN);
+    let at = img.inode_at(2);
+    img.put16(at, 0x81A4); // a regular file, rw-r--r--
+    match img.read_all(ChecksumPolicy::Verify) {
+        Err(Ext4Error::Inode { ino: 2, block, reason }) => {
+            assert_eq!(block as usize, at / img.block_size());
+            assert!(reason.contains("root"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_block_bitmap_over_the_superblock_is_refused() {
+    skip_without_mke2fs!();
+    // 4 KiB blocks: block 0 holds the superblock.
+    let mut img = image("-t ext4 -b 4096 -O ^metadata_csum,^uninit_bg");
+    let (block, offset) = desc_location(img.vol().superblock(), 0);
+    img.put32(block as usize * img.block_size() + offset, 0);
+    match img.open(ChecksumPolicy::Verify).map(drop) {
+        Err(Ext4Error::Descriptor { group: 0, block: b, reason }) => {
+            assert_eq!(b, block);
+            assert!(reason.contains("block bitmap at block 0"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn clusters_per_group_must_match_without_bigalloc() {
+    skip_without_mke2fs!();
+    for value in [0u32, 4096] {
+        let mut img = image(PLAIN);
+        img.put32(1024 + 0x24, value);
+        match img.open(ChecksumPolicy::Verify).map(drop) {
+            Err(Ext4Error::Geometry(why)) => assert!(why.contains("clusters per group"), "{why}"),
+            other => panic!("{value}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_directory_loop_names_the_block_holding_the_entry() {
+    skip_without_mke2fs!();
+    let img = image(PLAIN);
+    let dir = img.ino_of("/dir");
+    let vol = img.vol();
+    let map = vol.file_map(&vol.inode(dir).unwrap()).unwrap();
+    let dir_block = map.extents[0].physical;
+    let entries = vol.read_dir(&vol.inode(dir).unwrap(), &map).unwrap();
+    assert!(entries.iter().all(|e| e.block == dir_block));
+    drop(vol);
+    // Point the first entry after "." and ".." back at /dir itself.
+    let mut bad = Image { bytes: img.bytes.clone() };
+    let at = dir_block as usize * img.block_size() + 12 + 12;
+    bad.put32(at, dir);
+    match bad.read_all(ChecksumPolicy::Verify) {
+        Err(Ext4Error::Directory { ino, block, reason }) => {
+            assert_eq!((ino, block), (dir, dir_block));
+            assert!(reason.contains("again"), "{reason}");
         }
         other => panic!("{other:?}"),
     }
