@@ -238,10 +238,10 @@ mod tests {
             let _running = j.commit.lock();
             assert_eq!(j.commit_durable(&alloc, WhenBusy::Skip, || panic!("a skipped commit logs nothing")), Some(0));
             assert_eq!(j.pending_blocks(), 10);
-            assert!(alloc.is_used(100));
+            assert!(alloc.is_used(100).unwrap());
         }
         assert_eq!(j.commit_durable(&alloc, WhenBusy::Skip, || true), Some(10));
-        assert!(!alloc.is_used(100));
+        assert!(!alloc.is_used(100).unwrap());
     }
 
     #[test]
@@ -255,9 +255,9 @@ mod tests {
         assert_eq!(j.pending_ranges(), vec![(100, 30)]);
         assert_eq!(j.pending_blocks(), 30);
         assert!(matches!(j.defer_free(105, 1, 0), Err(FsError::AlreadyPendingFree { block: 105 })));
-        assert!(alloc.is_used(100));
+        assert!(alloc.is_used(100).unwrap());
         assert_eq!(j.commit(&alloc), 30);
-        assert!(!alloc.is_used(100));
+        assert!(!alloc.is_used(100).unwrap());
         assert_eq!(j.pending_blocks(), 0);
         let s = j.stats();
         assert_eq!((s.commits, s.records, s.merges), (1, 2, 2));
@@ -273,7 +273,7 @@ mod tests {
         j.defer_free(1100, 10, 1).unwrap();
         assert_eq!(j.commit_durable(&alloc, WhenBusy::Wait, || false), None);
         assert_eq!(j.pending_ranges(), vec![(100, 10), (1100, 10)]);
-        assert!(alloc.is_used(100) && alloc.is_used(1100));
+        assert!(alloc.is_used(100).unwrap() && alloc.is_used(1100).unwrap());
         // Still pending, so still guarded against a second free.
         assert!(matches!(j.defer_free(105, 1, 0), Err(FsError::AlreadyPendingFree { block: 105 })));
         // A free recorded while the next commit makes itself durable belongs
@@ -285,7 +285,7 @@ mod tests {
         });
         assert_eq!(released, Some(20));
         assert_eq!(j.pending_ranges(), vec![(200, 5)]);
-        assert!(!alloc.is_used(100) && !alloc.is_used(1100) && alloc.is_used(200));
+        assert!(!alloc.is_used(100).unwrap() && !alloc.is_used(1100).unwrap() && alloc.is_used(200).unwrap());
         assert_eq!(j.commit(&alloc), 5);
         assert_eq!(j.pending_blocks(), 0);
     }

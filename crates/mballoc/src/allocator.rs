@@ -114,31 +114,40 @@ impl Allocator {
     }
 
     /// The full info of group `g` (its template if never touched).
-    pub fn group_info(&self, g: u32) -> GroupInfo {
-        assert!(g < self.geo.groups(), "group {g} out of range");
-        if self.groups.is_materialized_chunk(g) {
-            if let Some(b) = self.groups.slot(g).lock.lock().as_ref() {
-                return *b.info();
-            }
-        }
-        *self.groups.template(g).info()
+    pub fn group_info(&self, g: u32) -> Result<GroupInfo> {
+        self.with_group(g, |b| *b.info())
     }
 
     /// The lock-free summary of group `g`.
-    pub fn group_summary(&self, g: u32) -> GroupSummary {
-        self.groups.summary(g)
+    pub fn group_summary(&self, g: u32) -> Result<GroupSummary> {
+        self.check_group(g)?;
+        Ok(self.groups.summary(g))
     }
 
     /// Whether `block` is in use (allocated or reserved).
-    pub fn is_used(&self, block: u64) -> bool {
-        assert!(block < self.geo.total_blocks(), "block out of range");
-        let g = self.geo.group_of(block);
+    pub fn is_used(&self, block: u64) -> Result<bool> {
+        self.geo.check_range(block, 1)?;
         let off = self.geo.offset_in_group(block);
-        self.with_group(g, |b| b.is_used(off))
+        Ok(self.group(self.geo.group_of(block), |b| b.is_used(off)))
     }
 
     /// Run `f` on group `g`'s buddy (template if untouched), under its lock.
-    pub fn with_group<R>(&self, g: u32, f: impl FnOnce(&Buddy) -> R) -> R {
+    pub fn with_group<R>(&self, g: u32, f: impl FnOnce(&Buddy) -> R) -> Result<R> {
+        self.check_group(g)?;
+        Ok(self.group(g, f))
+    }
+
+    fn check_group(&self, g: u32) -> Result<()> {
+        if g < self.geo.groups() {
+            Ok(())
+        } else {
+            Err(Error::GroupOutOfRange { group: g, groups: self.geo.groups() })
+        }
+    }
+
+    /// [`Allocator::with_group`] for a group known to exist.
+    pub(crate) fn group<R>(&self, g: u32, f: impl FnOnce(&Buddy) -> R) -> R {
+        debug_assert!(g < self.geo.groups());
         if self.groups.is_materialized_chunk(g) {
             let guard = self.groups.slot(g).lock.lock();
             if let Some(b) = guard.as_ref() {
@@ -155,7 +164,7 @@ impl Allocator {
         let mut cur: Option<(u64, u64)> = None;
         for g in 0..self.geo.groups() {
             let base = self.geo.group_first_block(g);
-            let runs: Vec<(u32, u32)> = self.with_group(g, |b| b.free_runs().collect());
+            let runs: Vec<(u32, u32)> = self.group(g, |b| b.free_runs().collect());
             for (s, l) in runs {
                 let s = base + u64::from(s);
                 match cur.as_mut() {

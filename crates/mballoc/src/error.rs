@@ -31,6 +31,15 @@ pub enum Error {
         total_blocks: u64,
     },
 
+    /// A group number past the last group.
+    #[error("group {group} does not exist (the volume has {groups})")]
+    GroupOutOfRange {
+        /// The group asked for.
+        group: u32,
+        /// Groups in the volume.
+        groups: u32,
+    },
+
     /// A request longer than one group: a single extent never crosses a group.
     #[error("request of {len} blocks is larger than a group ({blocks_per_group} blocks)")]
     RequestTooLarge {

@@ -65,7 +65,7 @@ impl Allocator {
     pub fn mb_groups_report(&self) -> String {
         let mut o = String::from(MB_GROUPS_HEADER);
         for g in 0..self.geometry().groups() {
-            o.push_str(&mb_groups_line(g, &self.group_info(g), self.geometry().block_size_log2()));
+            o.push_str(&mb_groups_line(g, &self.group(g, |b| *b.info()), self.geometry().block_size_log2()));
         }
         o
     }

@@ -50,7 +50,7 @@ impl Allocator {
             let limit = if order == top { EMPTY_CANDIDATES } else { PARTIAL_CANDIDATES };
             self.index.walk_linear_like(IndexKind::LargestFreeOrder, order..=order, from, n, |g| {
                 seen += 1;
-                let free = self.group_summary(g).free;
+                let free = self.groups.summary(g).free;
                 if order == top && free == geo.group_len(g) - prefix && free >= len {
                     empty = Some(g);
                 }
@@ -90,7 +90,7 @@ impl Allocator {
             return None;
         }
         let prefix = geo.reserved_per_group();
-        let offset = self.with_group(g, |b| {
+        let offset = self.group(g, |b| {
             let order = u32::try_from(b.info().largest_free_order).ok()?;
             let (start, chunk) = b.first_chunk_at_least(order)?;
             if chunk < len {

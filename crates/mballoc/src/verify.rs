@@ -20,7 +20,7 @@ impl Allocator {
     pub fn check_consistency(&self) -> std::result::Result<(), String> {
         let mut free = 0u64;
         for g in 0..self.geo.groups() {
-            let info = self.with_group(g, |b| {
+            let info = self.group(g, |b| {
                 let regen = b.regenerated();
                 if regen != *b {
                     return Err(format!("group {g}: buddy {:?} != regenerated {:?}", b.info(), regen.info()));

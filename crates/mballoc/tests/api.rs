@@ -121,3 +121,14 @@ fn threads_never_double_allocate() {
     assert_eq!(a.free_blocks() + used, 64 * 1024);
     a.check_consistency().unwrap();
 }
+
+#[test]
+fn queries_past_the_volume_are_typed_errors() {
+    let a = Allocator::new(Geometry::with_group_size(4096, 1024, 4 * 1024).unwrap()).unwrap();
+    assert_eq!(a.group_info(4), Err(Error::GroupOutOfRange { group: 4, groups: 4 }));
+    assert_eq!(a.group_summary(u32::MAX).unwrap_err(), Error::GroupOutOfRange { group: u32::MAX, groups: 4 });
+    assert!(matches!(a.with_group(9, |_| ()), Err(Error::GroupOutOfRange { .. })));
+    assert!(matches!(a.is_used(4096), Err(Error::OutOfRange { start: 4096, .. })));
+    assert_eq!(a.is_used(4095), Ok(false));
+    assert_eq!(a.group_info(3).unwrap().free, 1024);
+}

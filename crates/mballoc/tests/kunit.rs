@@ -70,10 +70,10 @@ fn free_blocks_simple() {
         for (start, len) in ranges(&mut rng) {
             a.free(base + u64::from(start), u64::from(len)).unwrap();
             for g in 0..GROUPS as u32 {
-                let info = a.group_info(g);
+                let info = a.group_info(g).unwrap();
                 if u64::from(g) == GOAL_GROUP {
                     assert_eq!(info.first_free, start, "seed {seed} bs {bs}");
-                    a.with_group(g, |b| assert_eq!(b.next_used(start), start + len, "seed {seed} bs {bs}"));
+                    a.with_group(g, |b| assert_eq!(b.next_used(start), start + len, "seed {seed} bs {bs}")).unwrap();
                 } else {
                     assert_eq!(info.free, 0, "seed {seed} bs {bs}: group {g} touched");
                 }
@@ -168,7 +168,8 @@ fn mark_used() {
             a.with_group(GOAL_GROUP as u32, |b| {
                 assert!(*b == b.regenerated(), "seed {seed} bs {bs}: incremental != regenerated");
                 assert_matches_reference(b, &used, &format!("seed {seed} bs {bs}"));
-            });
+            })
+            .unwrap();
         }
         a.check_consistency().unwrap();
     }
@@ -182,7 +183,7 @@ fn free_blocks() {
         let a = fixture(bs);
         let base = GOAL_GROUP * u64::from(CPG);
         a.claim(base, u64::from(CPG)).unwrap();
-        assert_eq!(a.group_info(GOAL_GROUP as u32).free, 0);
+        assert_eq!(a.group_info(GOAL_GROUP as u32).unwrap().free, 0);
         let mut used = vec![true; CPG as usize];
         for (start, len) in ranges(&mut rng) {
             a.free(base + u64::from(start), u64::from(len)).unwrap();
@@ -190,7 +191,8 @@ fn free_blocks() {
             a.with_group(GOAL_GROUP as u32, |b| {
                 assert!(*b == b.regenerated(), "seed {seed} bs {bs}: incremental != regenerated");
                 assert_matches_reference(b, &used, &format!("seed {seed} bs {bs}"));
-            });
+            })
+            .unwrap();
         }
         a.check_consistency().unwrap();
     }
@@ -209,7 +211,8 @@ fn mark_diskspace_used() {
                 assert_eq!(b.next_used(0), start, "seed {seed} bs {bs}");
                 assert_eq!(b.next_free(start), start + len, "seed {seed} bs {bs}");
                 assert_eq!(b.next_used(start + len), CPG, "seed {seed} bs {bs}");
-            });
+            })
+            .unwrap();
         }
     }
 }

@@ -150,7 +150,7 @@ fn tuned_table(w: &Workload) -> Result<PreallocTable, LabError> {
     let a = probe.fs().allocator();
     let mut top = 0u32;
     for g in 0..a.geometry().groups() {
-        if let Some(o) = a.group_info(g).counters.iter().rposition(|&c| c > 0) {
+        if let Some(o) = a.group_info(g)?.counters.iter().rposition(|&c| c > 0) {
             top = top.max(o as u32);
         }
     }
