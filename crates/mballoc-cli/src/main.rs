@@ -62,13 +62,20 @@ enum Cmd {
         /// Inode slots (default: one per 64 KiB).
         #[arg(long)]
         inodes: Option<u32>,
+        /// Format even a device that holds a volume, a file system or a
+        /// partition table (destroying it).
+        #[arg(long)]
+        force: bool,
     },
     /// Verify a volume: checksums, journal, bitmaps against extents, counters.
-    /// Exit status 0 when clean, 1 otherwise.
+    /// Exit status 0 when clean (committed transactions that await replay
+    /// are not a problem) or repaired, 1 otherwise.
     Check {
         /// The file or device.
         volume: PathBuf,
-        /// Replay the journal, clear damaged inodes, rebuild bitmaps and counters.
+        /// Replay the journal, clear inodes and trees that fail their checksums,
+        /// rebuild bitmaps and counters; refused (nothing written) when that
+        /// would destroy something not proven bad.
         #[arg(long)]
         repair: bool,
     },
@@ -187,21 +194,18 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Mkfs { volume, size, block_size, journal_blocks, inodes } => {
-            use mballoc_vol::{FileDevice, FormatOptions, OpenMode};
-            let dev = match size {
-                Some(s) => FileDevice::create(&volume, s.parse::<Size>()?.0),
-                None => FileDevice::open(&volume, OpenMode::ReadWrite),
-            }
-            .with_context(|| format!("opening {}", volume.display()))?;
+        Cmd::Mkfs { volume, size, block_size, journal_blocks, inodes, force } => {
+            use mballoc_vol::{FormatOptions, Overwrite};
+            let size = size.map(|s| s.parse::<Size>()).transpose()?.map(|s| s.0);
             let opts = FormatOptions {
                 block_size,
                 log_blocks: journal_blocks,
                 inode_count: inodes,
                 ..FormatOptions::default()
             };
-            let sb = mballoc_vol::Volume::format(std::sync::Arc::new(dev), &opts)
-                .with_context(|| format!("formatting {}", volume.display()))?;
+            let overwrite = if force { Overwrite::Force } else { Overwrite::Refuse };
+            let sb = mballoc_vol::mkfs(&volume, size, &opts, overwrite)
+                .with_context(|| format!("making a volume on {}", volume.display()))?;
             println!(
                 "{}: {} blocks of {} bytes, {} groups, {} journal blocks, {} inodes, {} data blocks from {}",
                 volume.display(),
@@ -226,7 +230,11 @@ fn run() -> Result<()> {
                 println!("{name}: {p}");
             }
             if r.pending_transactions > 0 {
-                println!("{name}: journal holds {} committed transaction(s) to replay", r.pending_transactions);
+                let when = if r.repaired { "were replayed" } else { "await replay at the next mount" };
+                println!("{name}: {} committed journal transaction(s) {when}", r.pending_transactions);
+            }
+            for why in &r.refused {
+                println!("{name}: not repaired: {why}");
             }
             let verdict = match (r.is_clean(), r.repaired) {
                 (true, _) => "clean",

@@ -21,6 +21,13 @@ fn mkfs_check_corrupt_repair() {
     assert!(text(&o).contains("16384 blocks of 4096 bytes"), "{}", text(&o));
     let o = mballoc(&["check", v]);
     assert!(o.status.success() && text(&o).contains(": clean"), "{}", text(&o));
+    // mkfs over a volume is refused unless forced.
+    let o = mballoc(&["mkfs", v, "--size", "32M"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("already holds an mballoc volume; mkfs --force overwrites it"), "{}", text(&o));
+    assert_eq!(std::fs::metadata(&vol).unwrap().len(), 64 << 20, "the refused mkfs changed nothing");
+    let o = mballoc(&["mkfs", v, "--size", "64M", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
 
     // A bitmap byte that disagrees with the (empty) file table.
     let mut bytes = std::fs::read(&vol).unwrap();

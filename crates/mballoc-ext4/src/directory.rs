@@ -259,7 +259,7 @@ fn parse_entries(
         let ino = le32(buf, pos);
         let len = rec_len(le16(buf, pos + 4), block_size);
         let name_len = if filetype { usize::from(buf[pos + 6]) } else { usize::from(le16(buf, pos + 6)) };
-        if len < 8 || len % 4 != 0 || pos + len > buf.len() {
+        if len < 8 || !len.is_multiple_of(4) || pos + len > buf.len() {
             return Err(format!("entry at byte {pos} has record length {len}"));
         }
         if ino != 0 && 8 + name_len > len {

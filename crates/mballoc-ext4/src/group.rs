@@ -142,7 +142,7 @@ pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: Check
         ("inode bitmap", d.inode_bitmap, 1),
         ("inode table", d.inode_table, u64::from(sb.inode_table_blocks())),
     ] {
-        if at < lo || at.checked_add(len).map_or(true, |e| e > end) {
+        if at < lo || at.checked_add(len).is_none_or(|e| e > end) {
             return Err(bad(format!(
                 "{what} at block {at} (+{len}) is outside blocks {lo}..{end} (past the superblock and descriptors)"
             )));

@@ -203,7 +203,7 @@ impl Superblock {
             )));
         }
         let max_per_group = 8 * block_size;
-        if clusters_per_group < 8 || clusters_per_group > max_per_group || clusters_per_group % 8 != 0 {
+        if clusters_per_group < 8 || clusters_per_group > max_per_group || !clusters_per_group.is_multiple_of(8) {
             return Err(geo(format!(
                 "{clusters_per_group} clusters per group (must be a multiple of 8 in 8..={max_per_group})"
             )));
@@ -233,7 +233,7 @@ impl Superblock {
         if blocks_count <= u64::from(first_data_block) {
             return Err(geo(format!("{blocks_count} blocks leave no group")));
         }
-        if blocks_count.checked_mul(u64::from(block_size)).map_or(true, |bytes| bytes > 1 << 60) {
+        if blocks_count.checked_mul(u64::from(block_size)).is_none_or(|bytes| bytes > 1 << 60) {
             return Err(geo(format!("{blocks_count} blocks of {block_size} bytes")));
         }
         let groups = (blocks_count - u64::from(first_data_block)).div_ceil(u64::from(blocks_per_group));
@@ -384,7 +384,7 @@ impl Superblock {
         if g <= 1 || !self.has_ro_compat(ro_compat::SPARSE_SUPER) {
             return true;
         }
-        if g % 2 == 0 {
+        if g.is_multiple_of(2) {
             return false;
         }
         [3u32, 5, 7].iter().any(|&base| is_power_of(g, base))
@@ -392,7 +392,7 @@ impl Superblock {
 }
 
 fn is_power_of(mut n: u32, base: u32) -> bool {
-    while n % base == 0 {
+    while n.is_multiple_of(base) {
         n /= base;
     }
     n == 1

@@ -53,7 +53,7 @@ impl<S: BlockSource> Volume<S> {
         let mut cached: Option<(u64, Vec<u8>)> = None;
         for g in 0..sb.groups {
             let (block, offset) = desc_location(sb, g);
-            if cached.as_ref().map_or(true, |(b, _)| *b != block) {
+            if cached.as_ref().is_none_or(|(b, _)| *b != block) {
                 cached = Some((block, self.read_block("group descriptor block", block)?));
             }
             let raw = &cached.as_ref().expect("descriptor block just read").1;

@@ -69,7 +69,7 @@ mod tests {
             head.extend_from_slice(&(value.len() as u32).to_le_bytes());
             head.extend_from_slice(&0u32.to_le_bytes());
             head.extend_from_slice(name);
-            while (head.len() - 4) % 4 != 0 {
+            while !(head.len() - 4).is_multiple_of(4) {
                 head.push(0);
             }
             values.extend_from_slice(value);

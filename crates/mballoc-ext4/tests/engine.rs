@@ -51,7 +51,7 @@ fn the_engine_starts_from_an_image() {
         fs.open(big).unwrap();
         fs.truncate(big, 1 << 20).unwrap();
         fs.close(big).unwrap();
-        fs.sync();
+        fs.sync().unwrap();
         assert_eq!(fs.check(), Ok(()), "{opts}");
         let mut a = engine::allocator(&vol).unwrap().mb_groups_report();
         a.truncate(8);

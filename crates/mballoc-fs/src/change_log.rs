@@ -103,6 +103,17 @@ pub trait ChangeLog: Send + Sync {
     /// Append a change to the running transaction.
     fn record(&self, change: Change);
 
+    /// Append changes that must reach the same transaction, in order: a
+    /// commit takes all of them or none (an operation that makes several
+    /// changes, such as a truncate's unmap and new size, is atomic across
+    /// a crash). The default suits a log whose `record` already holds
+    /// back commits until the operation ends.
+    fn record_all(&self, changes: &[Change]) {
+        for c in changes {
+            self.record(*c);
+        }
+    }
+
     /// Make every change recorded so far durable. Called with the commit
     /// lock held and with no file locked by the commit itself (a caller may
     /// hold its own file's lock). On failure the freed blocks stay pending.

@@ -77,7 +77,6 @@ impl ExtentMap {
     }
 
     /// Number of records.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.recs.len()
     }

@@ -79,6 +79,7 @@ mod config;
 mod error;
 mod extent_map;
 mod fs;
+mod id_hash;
 mod journal;
 mod normalize;
 mod percpu;
@@ -93,6 +94,7 @@ pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_L
 pub use fs::{
     FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsStats, ImportedFile, StreamPlacement, APPEND_WINDOW_MAX,
 };
+pub use id_hash::{IdHasher, IdMap};
 pub use journal::JournalStats;
 pub use mballoc::Concurrency;
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};

@@ -2,10 +2,10 @@
 //! counters kept per CPU slot and summed when read (the kernel's percpu
 //! counters), and the file table split by inode number.
 
+use crate::id_hash::IdMap;
 use crossbeam_utils::CachePadded;
 use parking_lot::RwLock;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Counter shards; more than the CPUs of any machine this runs on is waste,
@@ -54,7 +54,7 @@ impl<T> PerCpu<T> {
 /// Shards of the file table.
 const FILE_SHARDS: usize = 64;
 
-type Shard<V> = CachePadded<RwLock<HashMap<u64, V>>>;
+type Shard<V> = CachePadded<RwLock<IdMap<V>>>;
 
 /// Files by inode number, split over independently locked shards so that
 /// looking up one's own file never shares a lock word with other threads.
@@ -64,10 +64,10 @@ pub(crate) struct FileTable<V> {
 
 impl<V: Clone> FileTable<V> {
     pub(crate) fn new() -> Self {
-        FileTable { shards: (0..FILE_SHARDS).map(|_| CachePadded::new(RwLock::new(HashMap::new()))).collect() }
+        FileTable { shards: (0..FILE_SHARDS).map(|_| CachePadded::new(RwLock::new(IdMap::default()))).collect() }
     }
 
-    fn shard(&self, id: u64) -> &RwLock<HashMap<u64, V>> {
+    fn shard(&self, id: u64) -> &RwLock<IdMap<V>> {
         &self.shards[(id % FILE_SHARDS as u64) as usize]
     }
 

@@ -105,7 +105,7 @@ impl InodePas {
 
     /// Add a new preallocation, all of it unused.
     pub fn insert(&mut self, lstart: u64, pstart: u64, len: u32) {
-        debug_assert!(self.bounds_around(lstart).0.map_or(true, |e| e <= lstart));
+        debug_assert!(self.bounds_around(lstart).0.is_none_or(|e| e <= lstart));
         let mut unused = RangeSet::new();
         unused.insert(lstart, lstart + u64::from(len));
         self.pas.insert(lstart, InodePa { lstart, pstart, len, unused });
@@ -172,7 +172,7 @@ impl LocalityGroup {
                     continue;
                 }
                 let d = pa.pstart.abs_diff(goal);
-                if best.map_or(true, |(_, _, bd)| d < bd) {
+                if best.is_none_or(|(_, _, bd)| d < bd) {
                     best = Some((b, i, d));
                 }
             }

@@ -25,6 +25,11 @@ impl RangeSet {
         self.total
     }
 
+    /// Number of runs.
+    pub fn runs(&self) -> u64 {
+        self.runs.len() as u64
+    }
+
     /// True when the set holds no block.
     pub fn is_empty(&self) -> bool {
         self.total == 0

@@ -59,7 +59,7 @@ fn interleaved_appenders(cfg: FsConfig, files: usize, appends: u64, how: Append)
     for &f in &ids {
         fs.close(f).unwrap();
     }
-    fs.sync();
+    fs.sync().unwrap();
     fs.check().unwrap();
     let counts: Vec<u64> = ids.iter().map(|&f| fs.fragments(f).unwrap()).collect();
     (counts.iter().sum::<u64>() as f64 / files as f64, *counts.iter().max().unwrap())
@@ -324,6 +324,6 @@ fn threads_sharing_the_engine_keep_every_invariant() {
         }
     });
     fs.check().unwrap();
-    fs.sync();
+    fs.sync().unwrap();
     fs.check().unwrap();
 }

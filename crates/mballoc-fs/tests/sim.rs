@@ -250,7 +250,7 @@ impl Sim {
                 self.files.get_mut(&f.0).unwrap().flush();
             }
             74..=75 => {
-                self.fs.sync();
+                self.fs.sync().unwrap();
                 self.files.values_mut().for_each(ModelFile::flush);
             }
             76..=78 => {

@@ -94,7 +94,7 @@ fn stress(name: &str, concurrency: Concurrency, placement: StreamPlacement) {
             std::panic::resume_unwind(e);
         }
     }
-    fs.sync();
+    fs.sync().unwrap();
     fs.discard_preallocations();
     fs.check().unwrap_or_else(|e| panic!("{name}: MBALLOC_SEED={seed}, at the end: {e}"));
     eprintln!("{name}: MBALLOC_SEED={seed}: {:?}", fs.stats());

@@ -185,11 +185,11 @@ mod tests {
         let gib = 1u64 << 30;
         assert_eq!(ceph_score([16 * gib], au), 0.0);
         // Every second AU taken: all free space in single AUs.
-        assert!(ceph_score(std::iter::repeat(au).take(10_000), au) > 0.99);
+        assert!(ceph_score(std::iter::repeat_n(au, 10_000), au) > 0.99);
         // 1 AU taken every 100 MiB of 16 GiB.
         let chunk = (100 << 20) - au;
-        assert!(ceph_score(std::iter::repeat(chunk).take(163), au) < 0.0001);
+        assert!(ceph_score(std::iter::repeat_n(chunk, 163), au) < 0.0001);
         // One AU of every five taken: runs of 4 AUs.
-        assert!(ceph_score(std::iter::repeat(4 * au).take(10_000), au) > 0.9);
+        assert!(ceph_score(std::iter::repeat_n(4 * au, 10_000), au) > 0.9);
     }
 }

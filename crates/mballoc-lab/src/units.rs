@@ -51,7 +51,7 @@ impl fmt::Display for Size {
     /// The largest unit that divides the count exactly (`3M`, `4097`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-            if self.0 != 0 && self.0 % (1 << shift) == 0 {
+            if self.0 != 0 && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{unit}", self.0 >> shift);
             }
         }

@@ -42,13 +42,32 @@ impl Volume {
     }
 
     /// A buffered write: the data goes to the cache, blocks are reserved
-    /// now and allocated at writeback. NoSpace changes nothing.
+    /// now and allocated at writeback. Every read and device write the
+    /// call needs happens before anything changes, so an error (NoSpace,
+    /// MetadataFull, a device error) leaves the file as it was. Writeback
+    /// the write sets off afterwards reports its failure to the next
+    /// write, fsync or sync; the data stays dirty and is written again.
     pub fn write(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        self.fs.write(f, offset, data.len() as u64)?;
         let (bs, fsz) = (self.block_size(), u64::from(self.opts.folio_size));
+        let end = offset.checked_add(data.len() as u64).ok_or_else(|| {
+            VolError::InvalidArgument(format!("a write of {} bytes at {offset} passes 2^64", data.len()))
+        })?;
+        if self.dirty.load(Ordering::Acquire) > self.opts.dirty_bytes {
+            // Still over the limit: an earlier writeback failed. Try again
+            // before this write changes anything.
+            self.writeback_locked(f, &mut fc)?;
+            self.balance(f)?;
+        }
+        self.zero_tail_before_growth(f, &mut fc, end)?;
+        for idx in offset / fsz..end.div_ceil(fsz) {
+            self.folio_mut(f, &mut fc, idx)?;
+        }
+        // A write can split one extent in three.
+        self.admit_records(f, 2)?;
+        self.fs.write(f, offset, data.len() as u64)?;
         let mut at = 0usize;
         let mut newly_dirty = 0;
         while at < data.len() {
@@ -56,8 +75,7 @@ impl Volume {
             let idx = pos / fsz;
             let in_folio = (pos % fsz) as usize;
             let n = (fsz as usize - in_folio).min(data.len() - at);
-            self.folio_mut(f, &mut fc, idx)?;
-            let folio = fc.folios.get_mut(&idx).expect("inserted above");
+            let folio = fc.folios.get_mut(&idx).expect("loaded above");
             folio.data[in_folio..in_folio + n].copy_from_slice(&data[at..at + n]);
             let (b0, b1) = (in_folio as u64 / bs, ((in_folio + n) as u64).div_ceil(bs));
             for b in b0..b1 {
@@ -69,15 +87,18 @@ impl Volume {
         }
         fc.dirty_blocks += newly_dirty;
         let dirty = self.dirty.fetch_add(newly_dirty * bs, Ordering::AcqRel) + newly_dirty * bs;
+        // The write is done; what follows only keeps the cache in its
+        // limits, and a failure of it is met again by the next call.
         if dirty > self.opts.dirty_bytes {
-            self.writeback_locked(f, &mut fc)?;
-            drop(fc);
-            self.balance(f)?;
+            if self.writeback_locked(f, &mut fc).is_ok() {
+                drop(fc);
+                let _ = self.balance(f);
+            }
         } else if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes {
             let dropped = fc.drop_clean();
             self.cached.fetch_sub(dropped, Ordering::AcqRel);
             drop(fc);
-            self.balance(f)?;
+            let _ = self.balance(f);
         }
         Ok(())
     }
@@ -113,7 +134,7 @@ impl Volume {
         }
         let (bs, fb) = (self.block_size(), self.folio_blocks());
         let runs = fc.dirty_runs(fb);
-        self.fs.writeback(f)?;
+        self.engine(self.fs.writeback(f))?;
         // A device write covers at most MAX_DATA_WRITE bytes, or one folio
         // where folios are larger: big enough that per-call costs vanish,
         // small enough that a run spanning many small folios is gathered
@@ -238,20 +259,71 @@ impl Volume {
         self.dirty.fetch_sub(cleaned * bs, Ordering::AcqRel);
     }
 
+    /// Before the size grows past `new_size`'s predecessor: the bytes
+    /// between the current end of file and the end of its block must read
+    /// as zeros once they are inside the file, in the cache and on the
+    /// device, whatever an earlier truncate or a crash left there. So the
+    /// last block is zeroed past the end in the cache and, when it is a
+    /// written block, written to the device now: the commit that records
+    /// the new size flushes it first (data=ordered), as ext4 zeroes a
+    /// partial last block when a file grows.
+    pub(crate) fn zero_tail_before_growth(&self, f: FileId, fc: &mut FileCache, new_size: u64) -> Result<()> {
+        let (bs, fsz, fb) = (self.block_size(), u64::from(self.opts.folio_size), self.folio_blocks());
+        let size = self.fs.size(f)?;
+        if new_size <= size || size % bs == 0 {
+            return Ok(());
+        }
+        let l = size / bs;
+        let written = self.fs.lookup(f, l, l + 1)?.into_iter().find(|e| e.state == ExtentState::Written);
+        let idx = size / fsz;
+        let folio = self.folio_mut(f, fc, idx)?;
+        let block_end = (l + 1) * bs;
+        folio.data[(size % fsz) as usize..((block_end - 1) % fsz + 1) as usize].fill(0);
+        if let Some(e) = written {
+            let p = e.physical_of(l);
+            let at = ((l % fb) * bs) as usize;
+            self.dev
+                .write_at(p * bs, &folio.data[at..at + bs as usize])
+                .map_err(|e| VolError::io(format!("writing block {p}"), e))?;
+            self.data_bytes.fetch_add(bs, Ordering::Relaxed);
+            self.data_writes.fetch_add(1, Ordering::Relaxed);
+            self.log.data_written.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Set the size; shrinking frees the blocks past the end (after the
-    /// next commit) and zeroes the rest of the last block.
+    /// next commit) and zeroes the rest of the last block; growing zeroes
+    /// the old last block past the old end first.
     pub fn truncate(&self, f: FileId, size: u64) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
         let old = self.fs.size(f)?;
+        let bs = self.block_size();
+        self.zero_tail_before_growth(f, &mut fc, size)?;
+        if size < old && !size.is_multiple_of(bs) {
+            // The block that keeps a partial tail is read now, so the
+            // truncate below cannot be left half done by a read error.
+            self.prepare_partial(f, &mut fc, size)?;
+        }
         self.fs.truncate(f, size)?;
         if size < old {
-            let bs = self.block_size();
             self.forget_blocks(&mut fc, size.div_ceil(bs), u64::MAX / bs);
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 self.zero_partial(f, &mut fc, size, size.next_multiple_of(bs))?;
             }
+        }
+        Ok(())
+    }
+
+    /// Load the folio of the block holding byte `at` if zeroing part of it
+    /// will need it (the block holds data), so that no read is left for
+    /// after an engine change.
+    pub(crate) fn prepare_partial(&self, f: FileId, fc: &mut FileCache, at: u64) -> Result<()> {
+        let l = at / self.block_size();
+        if !self.fs.lookup(f, l, l + 1)?.is_empty() {
+            self.folio_mut(f, fc, at / u64::from(self.opts.folio_size))?;
         }
         Ok(())
     }
@@ -262,8 +334,15 @@ impl Volume {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        self.fs.punch_hole(f, offset, len)?;
         let bs = self.block_size();
+        for edge in [offset, offset.saturating_add(len)] {
+            if edge % bs != 0 && edge < self.fs.size(f)? {
+                self.prepare_partial(f, &mut fc, edge)?;
+            }
+        }
+        // A hole inside an extent splits it in two.
+        self.admit_records(f, 1)?;
+        self.fs.punch_hole(f, offset, len)?;
         let size = self.fs.size(f)?;
         let end = (offset + len).min(size);
         let (first, last) = (offset.div_ceil(bs), end / bs);
@@ -272,7 +351,7 @@ impl Volume {
         }
         // The partial blocks at either edge, inside the file.
         let head_end = offset.next_multiple_of(bs).min(end);
-        if offset < end && offset % bs != 0 {
+        if offset < end && !offset.is_multiple_of(bs) {
             self.zero_partial(f, &mut fc, offset, head_end)?;
         }
         if end % bs != 0 && end > head_end.max(offset) && end / bs >= first {

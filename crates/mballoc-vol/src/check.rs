@@ -23,26 +23,36 @@ pub enum Repair {
 pub struct CheckReport {
     /// Each problem, one line.
     pub problems: Vec<String>,
-    /// Committed journal transactions not yet written home.
+    /// Committed journal transactions not yet written home: the next
+    /// mount replays them. Not a problem.
     pub pending_transactions: usize,
     /// Files after replay (damaged ones left out).
     pub files: u64,
     /// Free data blocks after replay.
     pub free_blocks: u64,
-    /// Whether a repair was written.
+    /// Whether a repair (or, with nothing wrong, a replay) was written.
     pub repaired: bool,
+    /// Why a repair was refused: writing it would destroy something not
+    /// proven bad. Nothing was written.
+    pub refused: Vec<String>,
 }
 
 impl CheckReport {
-    /// Nothing to report.
+    /// Nothing wrong (transactions awaiting replay are not wrong).
     pub fn is_clean(&self) -> bool {
-        self.problems.is_empty() && self.pending_transactions == 0
+        self.problems.is_empty()
     }
 }
 
 /// Check the volume on `dev`; with [`Repair::Yes`], fix what can be fixed
-/// safely. A superblock that fails its checks is an error: nothing else
-/// can be located without it.
+/// without destroying anything not proven bad: replay the journal (up to a
+/// damaged last transaction), drop inodes and trees that fail their
+/// checksums, rebuild bitmaps, descriptors and counters. When that is not
+/// enough (descriptors that fail their checksums, valid structures that
+/// contradict each other, a journal damaged before intact transactions)
+/// the repair is refused with the reasons and nothing is written. A
+/// superblock that fails its checks is an error: nothing else can be
+/// located without it.
 pub fn check(dev: &dyn Device, repair: Repair) -> Result<CheckReport> {
     let mut head = vec![0u8; SUPERBLOCK_BYTES];
     dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
@@ -64,10 +74,19 @@ pub fn check(dev: &dyn Device, repair: Repair) -> Result<CheckReport> {
         files: home.state.files.len() as u64,
         free_blocks: home.state.free,
         repaired: false,
+        refused: Vec::new(),
     };
-    if repair == Repair::Yes && !report.is_clean() {
+    if repair == Repair::Yes && (!report.is_clean() || report.pending_transactions > 0) {
+        if !report.is_clean() && !scan.unrepairable.is_empty() {
+            report.refused = scan.unrepairable;
+            return Ok(report);
+        }
         home.checkpoint_scope(dev, VolumeState::Clean, Scope::Everything)?;
         report.repaired = true;
     }
     Ok(report)
 }
+
+#[cfg(test)]
+#[path = "check_crafted.rs"]
+mod crafted;

@@ -1,10 +1,11 @@
 //! Where a volume lives: anything that reads and writes bytes at offsets
 //! and can make earlier writes durable.
 
+use crate::error::{Result, VolError};
 use parking_lot::RwLock;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 /// A block device, or a file standing in for one. Writes may be torn or
@@ -25,7 +26,11 @@ pub trait Device: Send + Sync {
     fn flush(&self) -> io::Result<()>;
 }
 
-/// A volume in a regular file or on a block device.
+/// A volume in a regular file or on a block device, locked for as long as
+/// it is open: a read-write open excludes every other open of the same
+/// volume, by this process or another; read-only opens share with each
+/// other. A block device opened read-write is also opened `O_EXCL`, so
+/// the kernel refuses it while it is mounted or held by another opener.
 #[derive(Debug)]
 pub struct FileDevice {
     file: File,
@@ -43,18 +48,45 @@ pub enum OpenMode {
 }
 
 impl FileDevice {
-    /// Open an existing file or block device.
-    pub fn open(path: &Path, mode: OpenMode) -> io::Result<FileDevice> {
-        let file = OpenOptions::new().read(true).write(mode == OpenMode::ReadWrite).open(path)?;
-        let len = device_len(&file)?;
+    /// Open an existing file or block device, locked as `mode` says. A
+    /// volume another open holds gives [`VolError::Busy`], naming the
+    /// holding process where the system says.
+    pub fn open(path: &Path, mode: OpenMode) -> Result<FileDevice> {
+        let io = |e| VolError::io(format!("opening {}", path.display()), e);
+        let is_block = std::fs::metadata(path).map_err(io)?.file_type().is_block_device();
+        let mut o = OpenOptions::new();
+        o.read(true).write(mode == OpenMode::ReadWrite);
+        if is_block && mode == OpenMode::ReadWrite {
+            o.custom_flags(libc::O_EXCL);
+        }
+        let file = o.open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => VolError::Busy { path: path.to_path_buf(), holder: None },
+            _ => io(e),
+        })?;
+        lock(&file, path, mode)?;
+        let len = device_len(&file).map_err(io)?;
         Ok(FileDevice { file, len })
     }
 
-    /// Create (or truncate) a regular file of `len` bytes, sparse.
-    pub fn create(path: &Path, len: u64) -> io::Result<FileDevice> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).mode(0o644).open(path)?;
-        file.set_len(len)?;
+    /// Create a new regular file of `len` bytes, sparse and locked
+    /// read-write. An existing file is an error ([`std::io::ErrorKind::AlreadyExists`]):
+    /// nothing is overwritten.
+    pub fn create_new(path: &Path, len: u64) -> Result<FileDevice> {
+        let io = |e| VolError::io(format!("creating {}", path.display()), e);
+        let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(path).map_err(io)?;
+        lock(&file, path, OpenMode::ReadWrite)?;
+        file.set_len(len).map_err(io)?;
         Ok(FileDevice { file, len })
+    }
+
+    /// Set the length of a regular file this device holds (a new mkfs of
+    /// another size); a block device keeps its size.
+    pub fn set_len(&mut self, len: u64) -> Result<()> {
+        if self.file.metadata().map_err(|e| VolError::io("reading the volume's metadata", e))?.is_file() {
+            self.file.set_len(len).map_err(|e| VolError::io("resizing the volume file", e))?;
+            self.len = len;
+        }
+        Ok(())
     }
 }
 
@@ -67,6 +99,42 @@ fn device_len(file: &File) -> io::Result<u64> {
     use std::io::{Seek, SeekFrom};
     let mut f = file;
     f.seek(SeekFrom::End(0))
+}
+
+/// Take the open's lock: exclusive for read-write, shared for read-only.
+fn lock(file: &File, path: &Path, mode: OpenMode) -> Result<()> {
+    let got = match mode {
+        OpenMode::ReadWrite => file.try_lock(),
+        OpenMode::ReadOnly => file.try_lock_shared(),
+    };
+    match got {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(VolError::Busy { path: path.to_path_buf(), holder: lock_holder(file) })
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(VolError::io(format!("locking {}", path.display()), e)),
+    }
+}
+
+/// Who holds a lock on `file`, from /proc/locks: "process PID (NAME)".
+/// `None` where the system does not say (or the holder is this process).
+fn lock_holder(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let dev = meta.dev();
+    let (major, minor) = ((dev >> 8) & 0xfff | ((dev >> 32) & !0xfff), (dev & 0xff) | ((dev >> 12) & !0xff));
+    let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let pid: u32 = locks.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"
+        (w.len() >= 6 && w[5] == id).then(|| w[4].parse().ok()).flatten()
+    })?;
+    if pid == std::process::id() {
+        return Some(format!("this process ({pid})"));
+    }
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    Some(format!("process {pid} ({})", name.trim()))
 }
 
 impl Device for FileDevice {

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 impl Volume {
     pub(crate) fn check_aligned(&self, offset: u64, len: u64) -> Result<()> {
         let bs = self.block_size();
-        if offset % bs != 0 || len % bs != 0 || len == 0 {
+        if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) || len == 0 {
             return Err(VolError::InvalidArgument(format!(
                 "unbuffered I/O needs a non-empty range aligned to {bs} bytes (offset {offset}, length {len})"
             )));
@@ -38,8 +38,12 @@ impl Volume {
         self.check_aligned(offset, len)?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
+        // Zeroed past the old end first; the invalidation then drops that
+        // block's cached copy, which this write may overwrite.
+        self.zero_tail_before_growth(f, &mut fc, offset + len)?;
         self.invalidate(f, &mut fc)?;
-        self.fs.fallocate(f, offset, len, FallocateMode::KeepSize)?;
+        self.admit_records(f, 2)?;
+        self.engine(self.fs.fallocate(f, offset, len, FallocateMode::KeepSize))?;
         let bs = self.block_size();
         let (first, end) = (offset / bs, (offset + len) / bs);
         for e in self.fs.lookup(f, first, end)? {

@@ -62,6 +62,24 @@ pub enum VolError {
         free: u64,
     },
 
+    /// Another open holds the volume (read-write opens are exclusive).
+    #[error("{} is in use{}", path.display(), holder.as_ref().map_or(String::new(), |h| format!(" by {h}")))]
+    Busy {
+        /// The file or device.
+        path: std::path::PathBuf,
+        /// Who holds it, where the system says.
+        holder: Option<String>,
+    },
+
+    /// mkfs found something on the device that it would destroy.
+    #[error("{} already holds {what}; mkfs --force overwrites it", path.display())]
+    InUse {
+        /// The file or device.
+        path: std::path::PathBuf,
+        /// What it holds (an mballoc volume, an ext4 file system, ...).
+        what: &'static str,
+    },
+
     /// The volume is mounted read-only (by request, or after a failed
     /// commit).
     #[error("volume is read-only")]

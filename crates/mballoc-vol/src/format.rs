@@ -194,6 +194,12 @@ impl Superblock {
         })
     }
 
+    /// The largest file size in bytes: the last logical block an extent
+    /// entry can name, whole.
+    pub fn max_file_size(&self) -> u64 {
+        (MAX_LOGICAL + 1) * u64::from(self.block_size)
+    }
+
     /// The checksum seed every other structure uses.
     pub fn seed(&self) -> u32 {
         crc32c::crc32c(&self.uuid)
@@ -213,6 +219,18 @@ impl Superblock {
     /// Extent or index entries per tree node.
     pub fn node_entries(&self) -> usize {
         (self.block_size as usize - NODE_HEADER) / ENTRY_BYTES
+    }
+
+    /// Tree-area blocks a file whose tree holds `entries` extent entries
+    /// needs (none while they fit the inode).
+    pub fn tree_nodes(&self, entries: u64) -> u64 {
+        let per = self.node_entries() as u64;
+        let (mut n, mut level) = (0, entries);
+        while level > ROOT_ENTRIES as u64 {
+            level = level.div_ceil(per);
+            n += level;
+        }
+        n
     }
 
     /// Blocks of the descriptor table.
@@ -319,7 +337,7 @@ impl Superblock {
         if geo.groups() != self.groups {
             return bad(format!("{} groups recorded, {} computed", self.groups, geo.groups()));
         }
-        if self.total_blocks.checked_mul(u64::from(bs)).map_or(true, |n| n > device_len) {
+        if self.total_blocks.checked_mul(u64::from(bs)).is_none_or(|n| n > device_len) {
             return bad(format!("{} blocks of {bs} bytes pass the device's {device_len} bytes", self.total_blocks));
         }
         let per_desc_block = (bs as usize / DESC_BYTES) as u64;

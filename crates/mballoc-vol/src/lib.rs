@@ -51,7 +51,21 @@
 //! to its location. Mounting stops at the first failed check with a typed
 //! [`VolError`] and writes nothing; [`check`] lists every problem and, on
 //! request, repairs: replays the journal, drops damaged inodes and trees,
-//! rebuilds bitmaps and counters.
+//! rebuilds bitmaps and counters — or refuses, writing nothing, where a
+//! repair would destroy something not proven bad.
+//!
+//! ## When the device fails
+//!
+//! Every read, write and flush error is a [`VolError::Io`] from the call
+//! that met it. Calls do their reads before their first change, so a
+//! failed call leaves its file as it was; a failed data write leaves the
+//! data dirty. A failure inside a commit or checkpoint aborts the journal:
+//! the volume turns read-only and the next mount recovers. Running out of
+//! extent-tree space is refused at the write ([`VolError::MetadataFull`]).
+//! [`fault`] injects such failures for tests, [`crash`] simulates power
+//! loss. A [`FileDevice`] opened read-write is locked against every other
+//! open ([`VolError::Busy`]); [`mkfs`] refuses to format over a signature
+//! it recognizes ([`probe`]).
 //!
 //! ## Data
 //!
@@ -72,9 +86,12 @@ pub mod crash;
 mod device;
 mod direct;
 mod error;
+pub mod fault;
 mod format;
 mod home;
 mod log;
+mod mkfs;
+mod probe;
 mod records;
 mod state;
 mod volume;
@@ -88,4 +105,6 @@ pub use mballoc_fs::{
     Concurrency, ExtentState, FallocateMode, FileId, FsConfig, FsError, MappedExtent, Normalization, PreallocTable,
     StreamPlacement,
 };
+pub use mkfs::{mkfs, Overwrite};
+pub use probe::probe;
 pub use volume::{Access, MountOptions, Volume, VolumeStats};

@@ -4,7 +4,8 @@
 //! rebuilds it. The engine's live state runs ahead of it (delayed data,
 //! preallocations, uncommitted changes); the two meet at each commit.
 
-use crate::format::{Extent, MAX_LOGICAL};
+use crate::format::{Extent, MAX_ENTRY_LEN, MAX_LOGICAL};
+use mballoc_fs::IdMap;
 use mballoc_fs::{Change, ExtentState};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -21,6 +22,37 @@ pub struct FileState {
 }
 
 impl FileState {
+    /// Entries its extent tree holds (extents longer than one entry can
+    /// hold count for several).
+    pub fn entries(&self) -> u64 {
+        self.extents.values().map(|&(_, len, _)| len.div_ceil(MAX_ENTRY_LEN)).sum()
+    }
+
+    /// What a change does to this file's extents (not to any bitmap):
+    /// the part of [`State::apply`] a prediction needs.
+    fn apply_extents(&mut self, c: &Change) {
+        match *c {
+            Change::Create { .. } => {
+                *self = FileState { slot: self.slot, tree: std::mem::take(&mut self.tree), ..FileState::default() }
+            }
+            Change::Unlink { .. } | Change::Size { .. } => {}
+            Change::Map { logical, physical, len, state, .. } => {
+                let len = u64::from(len);
+                self.remove(logical, logical + len);
+                self.insert(Extent { logical, physical, len, unwritten: state == ExtentState::Unwritten });
+            }
+            Change::Unmap { first, end, .. } => {
+                self.remove(first, end);
+            }
+            Change::Written { first, end, .. } => {
+                for mut p in self.remove(first, end) {
+                    p.unwritten = false;
+                    self.insert(p);
+                }
+            }
+        }
+    }
+
     /// Extents in logical order.
     pub fn extent_list(&self) -> Vec<Extent> {
         self.extents
@@ -88,7 +120,7 @@ impl FileState {
 /// The committed state of a volume.
 #[derive(Debug, Clone)]
 pub struct State {
-    pub files: HashMap<u64, FileState>,
+    pub files: IdMap<FileState>,
     /// Per group, bit set = in use (metadata or a file's extent).
     pub bitmaps: Vec<Vec<u64>>,
     pub blocks_per_group: u64,
@@ -109,7 +141,7 @@ impl State {
         let groups = total_blocks.div_ceil(u64::from(blocks_per_group)) as usize;
         let words = (blocks_per_group as usize).div_ceil(64);
         let mut s = State {
-            files: HashMap::new(),
+            files: IdMap::default(),
             bitmaps: vec![vec![0; words]; groups],
             blocks_per_group: u64::from(blocks_per_group),
             data_start,
@@ -122,6 +154,37 @@ impl State {
         s.set(0, data_start).expect("metadata on an empty volume");
         s.dirty_groups.clear();
         s
+    }
+
+    /// Tree entries each file `changes` touches would have after them
+    /// (`None`: unlinked), computed on copies: the state is unchanged.
+    /// The changes must follow this state (a live transaction).
+    pub fn entries_after(&self, changes: &[Change]) -> HashMap<u64, Option<u64>> {
+        // Runs of changes to one file are the rule: look the file up once
+        // per run, not once per change.
+        let mut scratch: Vec<(u64, Option<FileState>)> = Vec::new();
+        let mut index: IdMap<usize> = IdMap::default();
+        let mut at = usize::MAX;
+        for c in changes {
+            let ino = c.ino();
+            if scratch.get(at).is_none_or(|(i, _)| *i != ino) {
+                at = *index.entry(ino).or_insert_with(|| {
+                    scratch.push((ino, self.files.get(&ino).cloned()));
+                    scratch.len() - 1
+                });
+            }
+            let f = &mut scratch[at].1;
+            match c {
+                Change::Unlink { .. } => *f = None,
+                Change::Create { .. } if f.is_none() => *f = Some(FileState::default()),
+                _ => {
+                    if let Some(f) = f {
+                        f.apply_extents(c);
+                    }
+                }
+            }
+        }
+        scratch.into_iter().map(|(ino, f)| (ino, f.map(|f| f.entries()))).collect()
     }
 
     /// Whether block `b` is in use.
@@ -192,10 +255,10 @@ impl State {
 
     fn check_physical(&self, e: &Extent) -> Result<(), String> {
         let end = e.physical.checked_add(e.len);
-        if e.len == 0 || e.physical < self.data_start || end.map_or(true, |x| x > self.total_blocks) {
+        if e.len == 0 || e.physical < self.data_start || end.is_none_or(|x| x > self.total_blocks) {
             return Err(format!("extent {}+{} outside the data area", e.physical, e.len));
         }
-        if e.logical.checked_add(e.len).map_or(true, |x| x > MAX_LOGICAL + 1) {
+        if e.logical.checked_add(e.len).is_none_or(|x| x > MAX_LOGICAL + 1) {
             return Err(format!("extent at logical {} past the largest file", e.logical));
         }
         Ok(())
@@ -224,8 +287,20 @@ impl State {
     /// blocks another file holds move to this one: in both cases a later
     /// change in the journal brings the other file back to where the home
     /// state had it. An error means the change is impossible on any state
-    /// (outside the data area), and nothing changed.
-    pub fn replay(&mut self, c: &Change) -> Result<(), String> {
+    /// (outside the data area, a size past the largest file, more files
+    /// than `inode_slots`), and nothing changed.
+    pub fn replay(&mut self, c: &Change, inode_slots: u32, max_size: u64) -> Result<(), String> {
+        if let Change::Size { size, .. } = *c {
+            if size > max_size {
+                return Err(format!("size {size} passes the largest file of {max_size} bytes"));
+            }
+        }
+        if !self.files.contains_key(&c.ino())
+            && !matches!(c, Change::Unlink { .. })
+            && self.files.len() >= inode_slots as usize
+        {
+            return Err(format!("inode {} would be file {} of {inode_slots} slots", c.ino(), self.files.len() + 1));
+        }
         self.apply_as(c, Apply::Replay)
     }
 
@@ -282,6 +357,9 @@ impl State {
                 self.unmap(ino, logical, e.logical_end())?;
                 self.set(physical, e.len).expect("checked above");
                 self.file(ino)?.insert(e);
+            }
+            Change::Unmap { first, end, .. } | Change::Written { first, end, .. } if first > end => {
+                return Err(format!("inode {ino}: range {first}..{end} runs backwards"));
             }
             Change::Unmap { first, end, .. } => self.unmap(ino, first, end)?,
             Change::Written { first, end, .. } => {
@@ -350,7 +428,7 @@ mod tests {
         // written by a checkpoint that was then cut short) changes nothing,
         // though block 202 moves from 13 to 12 and back on the way.
         for c in &changes {
-            s.replay(c).unwrap();
+            s.replay(c, 64, u64::MAX).unwrap();
         }
         assert_eq!((s.files.clone(), s.bitmaps.clone(), s.free), once);
         assert_eq!(s.files[&12].extents.len(), 3);
@@ -362,6 +440,6 @@ mod tests {
         assert!(s.apply(&Change::Size { ino: 99, size: 1 }).is_err());
         // Metadata is never handed to a file, replaying or not.
         let meta = Change::Map { ino: 13, logical: 9, physical: 50, len: 1, state: ExtentState::Unwritten };
-        assert!(s.replay(&meta).is_err());
+        assert!(s.replay(&meta, 64, u64::MAX).is_err());
     }
 }

@@ -9,9 +9,9 @@ use crate::error::{Result, VolError};
 use crate::format::{FormatOptions, Superblock, VolumeState, SUPERBLOCK_BYTES};
 use crate::home::{Home, ReadMode, Scan};
 use crate::log::Log;
+use crate::wal;
 use mballoc_fs::{ExtentState, FallocateMode, FileId, Fs, FsConfig, ImportedFile, MappedExtent};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -98,7 +98,7 @@ pub struct Volume {
     pub(crate) log: Arc<Log>,
     pub(crate) sb: Superblock,
     pub(crate) opts: MountOptions,
-    pub(crate) files: Mutex<HashMap<u64, Arc<Mutex<FileCache>>>>,
+    pub(crate) files: Mutex<mballoc_fs::IdMap<Arc<Mutex<FileCache>>>>,
     pub(crate) cached: AtomicU64,
     pub(crate) dirty: AtomicU64,
     pub(crate) live_files: AtomicU64,
@@ -207,10 +207,12 @@ impl Volume {
         let needs_write = replayed > 0 || !stale_groups.is_empty() || stale_counters;
         let log = Arc::new(Log {
             dev: dev.clone(),
-            running: Mutex::new(Vec::new()),
+            running: Mutex::new(wal::Running::default()),
             home: Mutex::new(home),
             data_written: AtomicBool::new(false),
             aborted: AtomicBool::new(opts.access == Access::ReadOnly),
+            failure: Mutex::new(None),
+            headroom: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
             journal_blocks: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
@@ -220,6 +222,7 @@ impl Volume {
             let mut h = log.home.lock();
             log.checkpoint(&mut h, VolumeState::Mounted)?;
         }
+        log.publish(&log.home.lock());
         fs.attach_change_log(log.clone());
         Ok(Volume {
             dev,
@@ -227,7 +230,7 @@ impl Volume {
             log,
             sb,
             opts,
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(mballoc_fs::IdMap::default()),
             cached: AtomicU64::new(0),
             dirty: AtomicU64::new(0),
             live_files: AtomicU64::new(live),
@@ -262,10 +265,40 @@ impl Volume {
 
     pub(crate) fn writable(&self) -> Result<()> {
         if self.log.aborted.load(Ordering::Acquire) {
-            Err(VolError::ReadOnly)
+            Err(self.log.failure())
         } else {
             Ok(())
         }
+    }
+
+    /// An engine result, its log failure told as the journal's own error.
+    pub(crate) fn engine<T>(&self, r: mballoc_fs::Result<T>) -> Result<T> {
+        r.map_err(|e| match e {
+            mballoc_fs::FsError::Log(_) => self.log.failure(),
+            e => VolError::Fs(e),
+        })
+    }
+
+    /// Refuse an operation that could grow file `f`'s extent tree by
+    /// `more` records past what the tree area can hold: running out of
+    /// metadata space is an error at the write, never a volume that
+    /// cannot be checkpointed. Cheap while the area has room to spare.
+    pub(crate) fn admit_records(&self, f: FileId, more: u64) -> Result<()> {
+        let headroom = self.log.headroom.load(Ordering::Acquire);
+        // No file can have more records than the volume has data blocks:
+        // with room for the largest tree there is, nothing to look up.
+        if 2 * self.sb.tree_nodes(self.sb.total_blocks - self.sb.data_start) <= headroom {
+            return Ok(());
+        }
+        let records = self.fs.extent_records_bound(f)? + more;
+        if 2 * self.sb.tree_nodes(records) <= headroom {
+            return Ok(());
+        }
+        self.log
+            .home
+            .lock()
+            .admit_growth(f.0, records)
+            .map_err(|(needed, have)| VolError::MetadataFull { needed, free: have })
     }
 
     pub(crate) fn block_size(&self) -> u64 {
@@ -330,8 +363,12 @@ impl Volume {
     pub fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
-        let _fc = cache.lock();
-        Ok(self.fs.fallocate(f, offset, len, mode)?)
+        let mut fc = cache.lock();
+        if mode == FallocateMode::ExtendSize {
+            self.zero_tail_before_growth(f, &mut fc, offset.saturating_add(len))?;
+        }
+        self.admit_records(f, 2)?;
+        self.engine(self.fs.fallocate(f, offset, len, mode))
     }
 
     /// Remove the file and its cached data.
@@ -359,7 +396,7 @@ impl Volume {
             self.fs.size(f)?;
             self.writeback_locked(f, &mut fc)?;
         }
-        self.fs.try_commit()?;
+        self.engine(self.fs.try_commit())?;
         Ok(())
     }
 
@@ -381,7 +418,7 @@ impl Volume {
                 r => r?,
             }
         }
-        self.fs.try_commit()?;
+        self.engine(self.fs.try_commit())?;
         Ok(())
     }
 

@@ -64,6 +64,9 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Change>, String> {
             return Err(format!("record cut short at byte {}", total - b.len()));
         }
         let x = |i: usize| get64(rest, i * 8);
+        if x(0) == 0 || x(0) > u64::from(u32::MAX) {
+            return Err(format!("record for inode {} at byte {}", x(0), total - b.len()));
+        }
         out.push(match tag {
             1 => Change::Create { ino: x(0) },
             2 => Change::Unlink { ino: x(0) },
@@ -75,9 +78,15 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Change>, String> {
                 len: u32::try_from(x(3)).map_err(|_| format!("extent length {}", x(3)))?,
                 state: if tag == 5 { ExtentState::Unwritten } else { ExtentState::Written },
             },
+            6 | 7 if x(1) > x(2) => {
+                return Err(format!("range {}..{} runs backwards at byte {}", x(1), x(2), total - b.len()))
+            }
             6 => Change::Unmap { ino: x(0), first: x(1), end: x(2) },
             _ => Change::Written { ino: x(0), first: x(1), end: x(2) },
         });
+        if let Change::Map { len: 0, .. } = out[out.len() - 1] {
+            return Err(format!("empty extent at byte {}", total - b.len()));
+        }
         b = &rest[n * 8..];
     }
     Ok(out)
@@ -92,31 +101,91 @@ pub fn blocks_for(payload: usize, block_size: usize) -> u64 {
     1 + payload.saturating_sub(first).div_ceil(block_size) as u64 + 1
 }
 
-/// Split an encoded payload at record boundaries into pieces that each fit
-/// a journal of `log_blocks`.
-pub fn chunks(payload: &[u8], block_size: usize, log_blocks: u64) -> Vec<&[u8]> {
-    let cap = (block_size - HEADER) + (log_blocks as usize - 2) * block_size;
-    assert!(cap >= MAX_RECORD, "journal too small for one record");
-    let mut out = Vec::new();
-    let mut rest = payload;
-    while !rest.is_empty() {
-        if rest.len() <= cap {
-            out.push(rest);
-            break;
+/// The changes of the running transaction, encoded. It may be split into
+/// several journal transactions at any record boundary but inside a
+/// group of changes that must commit together.
+#[derive(Debug, Default)]
+pub struct Running {
+    bytes: Vec<u8>,
+    /// Byte ranges of groups of more than one change, in order.
+    groups: Vec<(usize, usize)>,
+}
+
+impl Running {
+    /// Append changes that may be split from what follows, not from each
+    /// other.
+    pub fn push(&mut self, changes: &[Change]) {
+        let start = self.bytes.len();
+        for c in changes {
+            encode(c, &mut self.bytes);
         }
-        // Walk records up to the capacity.
-        let mut at = 0;
-        while at < rest.len() {
-            let n = 1 + 8 * fields(rest[at]).expect("a payload this crate encoded");
-            if at + n > cap {
+        if changes.len() > 1 {
+            self.groups.push((start, self.bytes.len()));
+        }
+    }
+
+    /// Nothing recorded.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Split into pieces that each fit a journal of `log_blocks`, never
+    /// inside a group, as byte ranges of [`Running::bytes`]. A group too
+    /// large for the whole journal is split at record boundaries as a
+    /// last resort (it cannot be atomic in any journal this size).
+    pub fn chunks(&self, block_size: usize, log_blocks: u64) -> Vec<std::ops::Range<usize>> {
+        let cap = (block_size - HEADER) + (log_blocks as usize - 2) * block_size;
+        assert!(cap >= MAX_RECORD, "journal too small for one record");
+        let mut out = Vec::new();
+        let mut from = 0;
+        while from < self.bytes.len() {
+            let limit = from + cap;
+            if self.bytes.len() <= limit {
+                out.push(from..self.bytes.len());
                 break;
             }
-            at += n;
+            let mut at = record_boundary(&self.bytes, from, limit);
+            // The group the cut falls in, if any: cut before it instead.
+            let i = self.groups.partition_point(|&(_, end)| end <= at);
+            if let Some(&(start, _)) = self.groups.get(i).filter(|&&(start, _)| start < at) {
+                if start > from {
+                    at = start;
+                }
+            }
+            out.push(from..at);
+            from = at;
         }
-        out.push(&rest[..at]);
-        rest = &rest[at..];
+        out
     }
-    out
+
+    /// The encoded changes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Put `self[from..]` (a commit could not make it durable) in front
+    /// of `later` (recorded since), keeping every group.
+    pub fn restore_before(&self, from: usize, later: &mut Running) {
+        let mut bytes = self.bytes[from..].to_vec();
+        let mut groups: Vec<(usize, usize)> =
+            self.groups.iter().filter(|&&(s, _)| s >= from).map(|&(s, e)| (s - from, e - from)).collect();
+        let base = bytes.len();
+        bytes.extend_from_slice(&later.bytes);
+        groups.extend(later.groups.iter().map(|&(s, e)| (s + base, e + base)));
+        *later = Running { bytes, groups };
+    }
+}
+
+/// The last record boundary at or before `limit`, walking from `from`.
+fn record_boundary(bytes: &[u8], from: usize, limit: usize) -> usize {
+    let mut at = from;
+    loop {
+        let n = 1 + 8 * fields(bytes[at]).expect("a payload this crate encoded");
+        if at + n > limit {
+            return at;
+        }
+        at += n;
+    }
 }
 
 /// Frame `payload` as transaction `seq` of `epoch`.
@@ -147,56 +216,132 @@ pub fn frame(payload: &[u8], seq: u64, epoch: u64, seed: u32, block_size: usize)
 /// One committed transaction found by [`scan`].
 #[derive(Debug)]
 pub struct Found {
+    /// Its sequence number.
     pub seq: u64,
     /// Journal-relative block where it starts.
     pub at: u64,
+    /// Blocks it takes.
     pub blocks: u64,
+    /// Its changes, in order.
     pub changes: Vec<Change>,
 }
 
-/// Every committed transaction from journal block 0 on, in order; stops at
-/// the first block that does not continue the sequence. A transaction that
-/// matches its commit block but does not decode is corruption.
-pub fn scan(dev: &dyn Device, sb: &Superblock) -> Result<Vec<Found>> {
+/// What reading the journal found: the committed transactions to replay,
+/// in order, and where the run of them ended.
+#[derive(Debug, Default)]
+pub struct Journal {
+    /// Transactions that follow one another from journal block 0.
+    pub found: Vec<Found>,
+    /// The run ended at a transaction that is damaged, not merely torn:
+    /// its commit block matched but it does not decode, or a later
+    /// transaction of this epoch follows it. Replaying only what came
+    /// before would lose committed changes.
+    pub damage: Option<JournalDamage>,
+}
+
+/// Where and how the journal is damaged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalDamage {
+    /// The volume block where the run stopped.
+    pub block: u64,
+    /// What is wrong there.
+    pub detail: String,
+    /// A committed transaction of this epoch with a later sequence number
+    /// lies beyond it: dropping the rest would lose committed changes.
+    pub followed: bool,
+}
+
+/// Read the transaction starting at journal block `at`, if it is one of
+/// this epoch: `Ok(None)` when the header or commit block does not match
+/// (nothing, or a torn write), `Err` when it matches but does not decode.
+/// What [`read_tx`] found: a transaction, and whether it decoded.
+type ReadTx = Option<(Found, std::result::Result<(), String>)>;
+
+fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, seq: Option<u64>) -> Result<ReadTx> {
     let bs = sb.block_size as usize;
     let seed = sb.seed();
     let log = u64::from(sb.log_blocks);
-    let mut out = Vec::new();
+    let block = sb.log_start + at;
+    // The header's fields and checksum are in its first 32 bytes: the
+    // search for later transactions reads no more of each block.
+    let mut head = [0u8; 32];
+    dev.read_at(sb.offset(block), &mut head).map_err(|e| VolError::io("reading the journal", e))?;
+    let tx_seq = get64(&head, 8);
+    let valid_header = get32(&head, 0) == TX_MAGIC
+        && get32(&head, 28) == crc32c::crc32c_append(seed, &head[..28])
+        && seq.is_none_or(|s| s == tx_seq)
+        && get64(&head, 16) == sb.checkpoints;
+    if !valid_header {
+        return Ok(None);
+    }
+    let blocks = u64::from(get32(&head, 4));
+    let payload = get32(&head, 24) as usize;
+    if blocks < 2 || at + blocks > log || blocks_for(payload, bs) != blocks {
+        return Ok(None);
+    }
+    let mut tx = vec![0u8; blocks as usize * bs];
+    dev.read_at(sb.offset(block), &mut tx).map_err(|e| VolError::io("reading the journal", e))?;
+    let body = (blocks as usize - 1) * bs;
+    let c = &tx[body..];
+    let committed = get32(c, 0) == COMMIT_MAGIC
+        && u64::from(get32(c, 4)) == blocks
+        && get64(c, 8) == tx_seq
+        && get64(c, 16) == sb.checkpoints
+        && get32(c, 24) == crc32c::crc32c_append(seed, &tx[..body])
+        && get32(c, 28) == crc32c::crc32c_append(seed, &c[..28]);
+    if !committed {
+        return Ok(None);
+    }
+    let (changes, decoded) = match decode(&tx[HEADER..HEADER + payload]) {
+        Ok(changes) => (changes, Ok(())),
+        Err(d) => (Vec::new(), Err(d)),
+    };
+    Ok(Some((Found { seq: tx_seq, at, blocks, changes }, decoded)))
+}
+
+/// Every committed transaction from journal block 0 on, in order, until
+/// the first block that does not continue the sequence. Where the run
+/// stops, the rest of the journal is searched for a committed transaction
+/// of this epoch with a later sequence number: finding one means the stop
+/// was damage in the middle, not a torn tail.
+pub fn scan(dev: &dyn Device, sb: &Superblock) -> Result<Journal> {
+    let log = u64::from(sb.log_blocks);
+    let mut out = Journal::default();
     let (mut at, mut seq) = (0u64, sb.log_seq);
-    let mut head = vec![0u8; bs];
     while at + 2 <= log {
-        let block = sb.log_start + at;
-        dev.read_at(sb.offset(block), &mut head).map_err(|e| VolError::io("reading the journal", e))?;
-        let valid_header = get32(&head, 0) == TX_MAGIC
-            && get32(&head, 28) == crc32c::crc32c_append(seed, &head[..28])
-            && get64(&head, 8) == seq
-            && get64(&head, 16) == sb.checkpoints;
-        if !valid_header {
-            break;
+        match read_tx(dev, sb, at, Some(seq))? {
+            Some((f, Ok(()))) => {
+                at += f.blocks;
+                seq += 1;
+                out.found.push(f);
+            }
+            Some((_, Err(d))) => {
+                let detail = format!("transaction {seq} passes its checksums but does not decode: {d}");
+                out.damage = Some(JournalDamage { block: sb.log_start + at, detail, followed: false });
+                break;
+            }
+            None => break,
         }
-        let blocks = u64::from(get32(&head, 4));
-        let payload = get32(&head, 24) as usize;
-        if blocks < 2 || at + blocks > log || blocks_for(payload, bs) != blocks {
-            break;
+    }
+    // Whether the run stopped at a torn tail or at damage in the middle:
+    // a later committed transaction of this epoch means the middle.
+    for later in at + 1..log.saturating_sub(1) {
+        if let Some((f, _)) = read_tx(dev, sb, later, None)? {
+            if f.seq > seq {
+                let found = format!("transaction {} (block {}) follows", f.seq, sb.log_start + later);
+                match &mut out.damage {
+                    Some(d) => {
+                        d.followed = true;
+                        d.detail = format!("{}; {found}", d.detail);
+                    }
+                    None => {
+                        let detail = format!("the run of transactions stops at sequence {seq}, yet {found}");
+                        out.damage = Some(JournalDamage { block: sb.log_start + at, detail, followed: true });
+                    }
+                }
+                break;
+            }
         }
-        let mut tx = vec![0u8; blocks as usize * bs];
-        dev.read_at(sb.offset(block), &mut tx).map_err(|e| VolError::io("reading the journal", e))?;
-        let body = (blocks as usize - 1) * bs;
-        let c = &tx[body..];
-        let committed = get32(c, 0) == COMMIT_MAGIC
-            && u64::from(get32(c, 4)) == blocks
-            && get64(c, 8) == seq
-            && get64(c, 16) == sb.checkpoints
-            && get32(c, 24) == crc32c::crc32c_append(seed, &tx[..body])
-            && get32(c, 28) == crc32c::crc32c_append(seed, &c[..28]);
-        if !committed {
-            break;
-        }
-        let changes = decode(&tx[HEADER..HEADER + payload])
-            .map_err(|d| VolError::corrupt("journal transaction", block, format!("sequence {seq}: {d}")))?;
-        out.push(Found { seq, at, blocks, changes });
-        at += blocks;
-        seq += 1;
     }
     Ok(out)
 }
@@ -219,13 +364,43 @@ mod tests {
         cs.iter().for_each(|c| encode(c, &mut b));
         assert_eq!(decode(&b).unwrap(), cs);
         assert!(decode(&b[..b.len() - 1]).is_err());
-        let mut many = Vec::new();
+        let mut many = Running::default();
         for i in 0..2000 {
-            encode(&Change::Size { ino: 12, size: i }, &mut many);
+            many.push(&[Change::Size { ino: 12, size: i }]);
         }
-        let parts = chunks(&many, 1024, 8);
+        let parts = many.chunks(1024, 8);
         assert!(parts.len() > 1);
         assert!(parts.iter().all(|p| blocks_for(p.len(), 1024) <= 8 && p.len() % 17 == 0));
-        assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), many.len());
+        assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), many.bytes.len());
+        // What a failed commit puts back comes before what was recorded
+        // since, and splits at the same places.
+        let mut later = Running::default();
+        later.push(&[Change::Create { ino: 99 }]);
+        many.restore_before(parts[1].start, &mut later);
+        let back = decode(later.bytes()).unwrap();
+        assert_eq!(back.len(), 2000 - parts[0].len() / 17 + 1);
+        assert_eq!(back.last(), Some(&Change::Create { ino: 99 }));
+        assert_eq!(later.chunks(1024, 8)[0], 0..parts[1].len());
+    }
+
+    #[test]
+    fn a_group_is_never_split_across_transactions() {
+        let mut r = Running::default();
+        let pair = [Change::Unmap { ino: 12, first: 5, end: u64::MAX }, Change::Size { ino: 12, size: 5000 }];
+        for i in 0..400 {
+            r.push(&[Change::Size { ino: 13, size: i }]);
+            r.push(&pair);
+        }
+        let mut pair_bytes = Vec::new();
+        pair.iter().for_each(|c| encode(c, &mut pair_bytes));
+        for part in r.chunks(1024, 8) {
+            let changes = decode(&r.bytes()[part]).unwrap();
+            // Every Unmap of inode 12 is followed by its Size in the same piece.
+            for (i, c) in changes.iter().enumerate() {
+                if matches!(c, Change::Unmap { .. }) {
+                    assert_eq!(changes.get(i + 1), Some(&pair[1]));
+                }
+            }
+        }
     }
 }

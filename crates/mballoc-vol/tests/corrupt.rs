@@ -56,14 +56,22 @@ fn mount_checks_clean(bytes: Vec<u8>, what: &str) {
         Err(e) => {
             assert_eq!(dev.events(), 0, "{what}: a failed mount ({e}) wrote or flushed");
             // Check reports without panicking; repair leaves a volume
-            // that mounts and checks clean, or fails with an error.
+            // that mounts and checks clean, or refuses and writes nothing,
+            // or fails with an error.
             let _ = check(&*dev, Repair::No);
-            if check(&*dev, Repair::Yes).is_ok() {
-                let vol = Volume::open(dev.clone(), MountOptions::default())
-                    .unwrap_or_else(|e| panic!("{what}: mount after repair: {e}"));
-                drop(vol);
-                let r = check(&*dev, Repair::No).unwrap();
-                assert!(r.is_clean(), "{what}: after repair: {:?}", r.problems);
+            match check(&*dev, Repair::Yes) {
+                Ok(r) if r.repaired => {
+                    let vol = Volume::open(dev.clone(), MountOptions::default())
+                        .unwrap_or_else(|e| panic!("{what}: mount after repair: {e}"));
+                    drop(vol);
+                    let r = check(&*dev, Repair::No).unwrap();
+                    assert!(r.is_clean(), "{what}: after repair: {:?}", r.problems);
+                }
+                Ok(r) => {
+                    assert!(!r.refused.is_empty(), "{what}: neither repaired nor refused: {:?}", r.problems);
+                    assert_eq!(dev.events(), 0, "{what}: a refused repair wrote");
+                }
+                Err(_) => assert_eq!(dev.events(), 0, "{what}: a failed repair wrote"),
             }
         }
         Ok(vol) => {

@@ -7,6 +7,8 @@
 //! Size knobs: `MBALLOC_CRASH_SEEDS` (workloads, default 4) and
 //! `MBALLOC_CRASH_OPS` (operations per workload, default 120).
 
+mod common;
+
 use mballoc_fs::{FallocateMode, FileId};
 use mballoc_vol::crash::RecordingDevice;
 use mballoc_vol::{check, Device, FormatOptions, MemDevice, MountOptions, Repair, Volume};
@@ -187,24 +189,9 @@ fn workload(seed: u64, ops: u64) -> (Model, Arc<RecordingDevice>) {
 
 /// Mount the image of a crash and check it; an error names the problem.
 fn verify(image: Vec<u8>, model: &Model, point: usize, torn: bool) -> Result<(), String> {
-    let dev = Arc::new(MemDevice::from_bytes(image));
-    let vol = Volume::open(dev.clone(), mount_opts(4096)).map_err(|e| format!("mount: {e}"))?;
-    vol.fs().check().map_err(|e| format!("engine check: {e}"))?;
-    let report = check(&*dev, Repair::No).map_err(|e| format!("check: {e}"))?;
-    if !report.is_clean() {
-        return Err(format!("check after mount: {:?}", report.problems));
-    }
+    let vol = common::mount_checked(Arc::new(MemDevice::from_bytes(image)), mount_opts(4096))?;
     for (f, want) in model.settled(point, torn) {
-        let size = vol.size(f).map_err(|e| format!("{f:?} synced but missing: {e}"))?;
-        if size != want.len() as u64 {
-            return Err(format!("{f:?}: size {size}, synced {}", want.len()));
-        }
-        let mut got = vec![0u8; want.len()];
-        vol.read(f, 0, &mut got).map_err(|e| format!("{f:?}: read: {e}"))?;
-        if got != want {
-            let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
-            return Err(format!("{f:?}: contents differ from byte {at}"));
-        }
+        common::reads_back(&vol, f, want)?;
     }
     // The recovered volume stays usable: a write and an fsync go through.
     if let Some(&f) = vol.files().first() {

@@ -54,7 +54,7 @@ impl Allocator {
                 if order == top && free == geo.group_len(g) - prefix && free >= len {
                     empty = Some(g);
                 }
-                if seen <= PARTIAL_CANDIDATES && best.map_or(true, |(_, f)| free > f) {
+                if seen <= PARTIAL_CANDIDATES && best.is_none_or(|(_, f)| free > f) {
                     best = Some((g, free));
                 }
                 empty.is_some() || seen >= limit

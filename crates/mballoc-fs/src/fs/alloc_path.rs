@@ -11,10 +11,22 @@ use mballoc::AllocRequest;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Mapping a range stopped before its end: blocks `[start, mapped_to)`
+/// are mapped, the rest still promised.
+pub(super) struct MapStopped {
+    pub(super) mapped_to: u64,
+    pub(super) error: crate::error::FsError,
+}
+
 /// The allocation path (`ext4_mb_new_blocks` and its callers).
 impl Fs {
     /// Map the hole `[start, end)`, whose blocks were promised (by a delayed
-    /// write or by the caller's claim), in as many extents as it takes.
+    /// write or by the caller's claim), in as many extents as it takes. The
+    /// promised blocks exist: in the allocator, in preallocations, in a
+    /// window another thread is about to file, or in the running
+    /// transaction's pending frees. Only when a commit that would release
+    /// the pending frees cannot be made durable (the attached log failed)
+    /// does mapping stop early, saying how far it got.
     pub(super) fn map_range(
         &self,
         node: &FileNode,
@@ -23,7 +35,7 @@ impl Fs {
         end: u64,
         state: ExtentState,
         normalize: Normalize,
-    ) {
+    ) -> std::result::Result<(), MapStopped> {
         let bpg = u64::from(self.alloc.geometry().blocks_per_group());
         let mut l = start;
         while l < end {
@@ -33,12 +45,11 @@ impl Fs {
                 match self.allocate_one(node, ino, l, len, normalize) {
                     Some(x) => break x,
                     None => {
-                        // The blocks were promised, so they exist: in
-                        // preallocations, in the running transaction, or in
-                        // a window another thread is about to file.
                         inc(&self.counters.local().reclaims, 1);
                         self.discard_preallocations();
-                        self.commit();
+                        if let Err(error) = self.try_commit() {
+                            return Err(MapStopped { mapped_to: l, error });
+                        }
                         if self.windows_in_flight() > 0 {
                             std::thread::yield_now();
                         } else {
@@ -59,6 +70,7 @@ impl Fs {
             self.space.settle(u64::from(got));
             l += u64::from(got);
         }
+        Ok(())
     }
 
     /// The goal block for logical block `l`: continue the nearest mapped

@@ -21,7 +21,7 @@ impl Fs {
         let mut owned = vec![0u64; total.div_ceil(64) as usize];
         let mut count = 0u64;
         let mut mark = |s: u64, len: u64, what: &str| -> std::result::Result<(), String> {
-            if s.checked_add(len).map_or(true, |e| e > total) {
+            if s.checked_add(len).is_none_or(|e| e > total) {
                 return Err(format!("{what} [{s}, +{len}) outside the volume"));
             }
             for b in s..s + len {

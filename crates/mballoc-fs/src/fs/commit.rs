@@ -14,35 +14,28 @@ impl Fs {
     /// Write back the file's dirty data and commit.
     pub fn fsync(&self, f: FileId) -> Result<()> {
         let _op = self.op();
-        self.with_inode(f, true, |node, ino| {
-            self.flush(node, ino);
-            Ok(())
-        })?;
-        self.commit();
-        Ok(())
+        self.with_inode(f, true, |node, ino| self.flush(node, ino))?;
+        self.try_commit().map(drop)
     }
 
     /// Write back one file's dirty data now (no commit).
     pub fn writeback(&self, f: FileId) -> Result<()> {
         let _op = self.op();
-        self.with_inode(f, false, |node, ino| {
-            self.flush(node, ino);
-            Ok(())
-        })
+        self.with_inode(f, false, |node, ino| self.flush(node, ino))
     }
 
-    /// Write back every file and commit.
-    pub fn sync(&self) {
+    /// Write back every file and commit. The first failure stops it.
+    pub fn sync(&self) -> Result<()> {
         let _op = self.op();
         for f in self.files() {
             if let Ok(node) = self.node(f) {
                 let mut ino = node.inode.lock();
                 if !ino.unlinked {
-                    self.flush(&node, &mut ino);
+                    self.flush(&node, &mut ino)?;
                 }
             }
         }
-        self.commit();
+        self.try_commit().map(drop)
     }
 
     /// Commit the running transaction: blocks it freed become allocatable.
@@ -93,6 +86,13 @@ impl Fs {
         }
     }
 
+    /// Log changes that must commit together.
+    pub(super) fn note_all(&self, changes: &[Change]) {
+        if let Some(log) = &self.log {
+            log.record_all(changes);
+        }
+    }
+
     /// Background writeback: oldest dirty file first, down to half the limit.
     pub(super) fn background_writeback(&self) {
         let target = self.cfg.dirty_limit_blocks / 2;
@@ -100,25 +100,37 @@ impl Fs {
             let Some(id) = self.dirty_files.lock().pop_front() else { break };
             let Some(node) = self.files.get(id) else { continue };
             let mut ino = node.inode.lock();
-            if !ino.unlinked {
-                self.flush(&node, &mut ino);
+            if !ino.unlinked && self.flush(&node, &mut ino).is_err() {
+                // The data stays dirty for the caller's own fsync to
+                // report; the file stays queued.
+                self.dirty_files.lock().push_front(id);
+                break;
             }
         }
     }
 
     /// Allocate every delayed run (one request per contiguous run) and
     /// convert dirty unwritten blocks.
-    pub(super) fn flush(&self, node: &FileNode, ino: &mut Inode) {
-        let delayed = std::mem::take(&mut ino.delayed);
-        for (s, e) in delayed.iter() {
+    /// A failure (the log could not commit the frees that would cover a
+    /// promised run) leaves what was not mapped delayed, still promised.
+    pub(super) fn flush(&self, node: &FileNode, ino: &mut Inode) -> Result<()> {
+        loop {
+            let Some((s, e)) = ino.delayed.iter().next() else { break };
             inc(&self.counters.local().writeback_runs, 1);
-            self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
+            let mapped = self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
+            let done = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e);
+            if done > s {
+                ino.delayed.remove(s, done);
+                self.dirty.fetch_sub(done - s, Ordering::AcqRel);
+            }
+            mapped.map_err(|stop| stop.error)?;
         }
         let converted = std::mem::take(&mut ino.dirty_unwritten);
         for (s, e) in converted.iter() {
             ino.map.convert_to_written(s, e);
         }
-        self.dirty.fetch_sub(delayed.len() + converted.len(), Ordering::AcqRel);
+        self.dirty.fetch_sub(converted.len(), Ordering::AcqRel);
         ino.on_dirty_list = false;
+        Ok(())
     }
 }

@@ -67,8 +67,10 @@ impl Fs {
     }
 
     /// Allocate unwritten blocks for every hole of the range (`fallocate`).
-    /// Delayed blocks in the range keep their reservation. All or nothing:
-    /// NoSpace when the holes cannot all be covered.
+    /// Delayed blocks in the range keep their reservation. NoSpace, when
+    /// the holes cannot all be covered, changes nothing; a change log that
+    /// fails while space is being reclaimed ([`FsError::Log`]) stops the
+    /// mapping where it is, with the size unchanged.
     pub fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
         let _op = self.op();
         if len == 0 {
@@ -83,8 +85,16 @@ impl Fs {
             // ext4 does not grow an fallocate that fits one extent into a
             // preallocation window.
             let normalize = if end - first <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
+            let mut unmapped = need;
             for (s, e) in holes {
-                self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
+                let mapped = self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
+                unmapped -= mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e) - s;
+                if let Err(stop) = mapped {
+                    // Only a log that cannot commit stops a mapping: what
+                    // is mapped stays, the rest is no longer promised.
+                    self.space.unclaim(unmapped);
+                    return Err(stop.error);
+                }
             }
             if mode == FallocateMode::ExtendSize && offset + len > ino.size {
                 ino.size = offset + len;
@@ -105,13 +115,25 @@ impl Fs {
             return Err(FsError::FileTooLarge { offset: size, len: 0, max: self.max_file_size() });
         }
         self.with_inode(f, true, |node, ino| {
-            if size < ino.size {
-                self.cut(ino, size.div_ceil(self.block_size()), u64::MAX);
-                self.discard_inode_pas(node);
+            if size == ino.size {
+                return Ok(());
             }
-            if size != ino.size {
-                ino.size = size;
-                self.note(Change::Size { ino: ino.id, size });
+            let shrink = size < ino.size;
+            let first = size.div_ceil(self.block_size());
+            let removed = if shrink { self.cut(ino, first, u64::MAX) } else { Vec::new() };
+            ino.size = size;
+            // One unit: a crash shows the file before or after, never its
+            // blocks gone at the old size.
+            let unmap = Change::Unmap { ino: ino.id, first, end: u64::MAX };
+            let resize = Change::Size { ino: ino.id, size };
+            if removed.is_empty() {
+                self.note(resize);
+            } else {
+                self.note_all(&[unmap, resize]);
+            }
+            self.release(removed);
+            if shrink {
+                self.discard_inode_pas(node);
             }
             Ok(())
         })?;
@@ -131,7 +153,11 @@ impl Fs {
         let end = (offset + len) >> self.block_bits;
         self.with_inode(f, true, |node, ino| {
             if first < end {
-                self.cut(ino, first, end);
+                let removed = self.cut(ino, first, end);
+                if !removed.is_empty() {
+                    self.note(Change::Unmap { ino: ino.id, first, end });
+                }
+                self.release(removed);
             }
             self.discard_inode_pas(node);
             Ok(())
@@ -167,17 +193,20 @@ impl Fs {
     }
 
     /// Remove `[first, end)` from the file: delayed blocks are unreserved,
-    /// mapped blocks go to the running transaction.
-    pub(super) fn cut(&self, ino: &mut Inode, first: u64, end: u64) {
+    /// mapped blocks are unmapped and returned, for the caller to log the
+    /// operation and then [`Fs::release`] them.
+    pub(super) fn cut(&self, ino: &mut Inode, first: u64, end: u64) -> Vec<MappedExtent> {
         let dropped: u64 = ino.delayed.remove(first, end).iter().map(|(s, e)| e - s).sum();
         let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
         self.space.unclaim(dropped);
         self.dirty.fetch_sub(dropped + undirtied, Ordering::AcqRel);
-        let removed = ino.map.remove(first, end);
-        if !removed.is_empty() {
-            // Logged before the frees, so a commit that releases them has it.
-            self.note(Change::Unmap { ino: ino.id, first, end });
-        }
+        ino.map.remove(first, end)
+    }
+
+    /// Send blocks a file no longer maps to the running transaction. The
+    /// change that unmapped them must be logged first, so that a commit
+    /// that releases them has it.
+    pub(super) fn release(&self, removed: Vec<MappedExtent>) {
         for piece in removed {
             self.defer_free(piece.physical, u64::from(piece.len));
             self.space.release(u64::from(piece.len));

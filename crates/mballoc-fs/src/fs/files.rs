@@ -76,6 +76,17 @@ impl Fs {
         self.with_inode(f, false, |_, ino| Ok(ino.map.iter().collect()))
     }
 
+    /// The most extent records the file can have once everything it holds
+    /// in memory is written back, if each delayed run maps in one piece:
+    /// its records now, two more per run of dirty unwritten blocks (which
+    /// may split the extent around it) and one per delayed run. A store
+    /// with a bounded extent-tree area refuses writes by it.
+    pub fn extent_records_bound(&self, f: FileId) -> Result<u64> {
+        self.with_inode(f, false, |_, ino| {
+            Ok(ino.map.len() as u64 + 2 * ino.dirty_unwritten.runs() + ino.delayed.runs())
+        })
+    }
+
     /// Extents as `filefrag` counts them: records that continue one another
     /// both logically and physically count once, whatever their state or
     /// the extent-length limit split them into.
@@ -132,10 +143,11 @@ impl Fs {
         }
         ino.unlinked = true;
         self.files.remove(f.0);
-        self.cut(&mut ino, 0, u64::MAX);
-        // After the unmap, so that every prefix of the log names only
-        // files that exist.
+        let removed = self.cut(&mut ino, 0, u64::MAX);
+        // One record, which unmaps as it removes: a crash shows the file
+        // whole or gone.
         self.note(Change::Unlink { ino: f.0 });
+        self.release(removed);
         self.discard_inode_pas(&node);
         drop(ino);
         self.tick();

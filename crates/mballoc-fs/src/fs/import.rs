@@ -57,7 +57,7 @@ impl Fs {
                     return Err(bad("out of logical order or past the largest file".into()));
                 }
                 logical_end = e.logical_end();
-                if e.physical.checked_add(u64::from(e.len)).map_or(true, |end| end > geo.total_blocks()) {
+                if e.physical.checked_add(u64::from(e.len)).is_none_or(|end| end > geo.total_blocks()) {
                     return Err(bad(format!("physical {}+{} outside the volume", e.physical, e.len)));
                 }
                 if let Some(b) = (e.physical..e.physical + u64::from(e.len)).find(|&b| !used(b)) {

@@ -305,7 +305,7 @@ impl Fs {
         // interval, within a batch per CPU of it.
         let batch = (interval / 16).clamp(1, 64);
         let local = self.local_ops.local().fetch_add(1, Ordering::Relaxed) + 1;
-        if local % batch != 0 {
+        if !local.is_multiple_of(batch) {
             return;
         }
         let before = self.ops.fetch_add(batch, Ordering::Relaxed);

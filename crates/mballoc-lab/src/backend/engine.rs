@@ -199,12 +199,13 @@ impl Target for EngineTarget {
     }
 
     fn sync(&self) {
-        match &self.engine {
-            Engine::Memory(fs) => fs.sync(),
-            // A failed sync turns the volume read-only; the next operation
-            // reports it.
-            Engine::Persistent { vol, .. } => vol.sync().unwrap_or(()),
-        }
+        // Without a log an in-memory sync cannot fail; a failed sync of a
+        // persistent volume turns it read-only, and the next operation
+        // reports it.
+        let _ = match &self.engine {
+            Engine::Memory(fs) => fs.sync().map_err(OpError::from),
+            Engine::Persistent { vol, .. } => vol.sync().map_err(OpError::from),
+        };
     }
 
     fn available_bytes(&self) -> u64 {

@@ -110,7 +110,7 @@ fn best_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Ph
             t.sync();
         }
         let p = write_phase(env, t, w, &format!("{label} ({}/{RUNS})", run + 1))?;
-        if best.as_ref().map_or(true, |b| p.mib_per_s > b.mib_per_s) {
+        if best.as_ref().is_none_or(|b| p.mib_per_s > b.mib_per_s) {
             best = Some(p);
         }
     }

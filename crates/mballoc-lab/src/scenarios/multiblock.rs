@@ -24,7 +24,7 @@ pub fn workload(size_kib: u64, files: u32) -> Workload {
     let bytes = size_kib * 1024;
     let whole = bytes / BLOCK;
     let mut steps = vec![Step::new(OpKind::Create), Step::ranged(OpKind::Write, 0, BLOCK, whole)];
-    if bytes % BLOCK != 0 {
+    if !bytes.is_multiple_of(BLOCK) {
         steps.push(Step::ranged(OpKind::Write, whole * BLOCK, bytes % BLOCK, 1));
     }
     steps.extend([Step::new(OpKind::Fsync), Step::new(OpKind::Close)]);

@@ -75,7 +75,7 @@ pub fn persistent_volume(
     let path =
         volume_dir().join(format!("mballoc-lab-vol-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     let file = VolumeFile(path.clone());
-    let dev = mballoc_vol::FileDevice::create(&path, bytes).map_err(|e| LabError::io(path.display().to_string(), e))?;
+    let dev = mballoc_vol::FileDevice::create_new(&path, bytes)?;
     let dev: Arc<dyn mballoc_vol::Device> = Arc::new(dev);
     let fo = mballoc_vol::FormatOptions { block_size, ..Default::default() };
     mballoc_vol::Volume::format(dev.clone(), &fo).context(format!("formatting {}", path.display()))?;

@@ -1,0 +1,111 @@
+//! Exclusive opens and careful mkfs: a volume is never opened read-write
+//! twice, and mkfs never destroys what it was not told to.
+
+use mballoc_testkit::Scratch;
+use mballoc_vol::{mkfs, probe, FileDevice, FormatOptions, MountOptions, OpenMode, Overwrite, VolError, Volume};
+use std::sync::Arc;
+
+fn small() -> FormatOptions {
+    FormatOptions { block_size: 1024, ..FormatOptions::default() }
+}
+
+#[test]
+fn a_second_read_write_open_is_busy_and_read_only_opens_share() {
+    let dir = Scratch::new("open");
+    let path = dir.join("vol");
+    mkfs(&path, Some(8 << 20), &small(), Overwrite::Refuse).unwrap();
+    let first = FileDevice::open(&path, OpenMode::ReadWrite).unwrap();
+    for mode in [OpenMode::ReadWrite, OpenMode::ReadOnly] {
+        match FileDevice::open(&path, mode) {
+            Err(VolError::Busy { path: p, holder }) => {
+                assert_eq!(p, path);
+                assert!(holder.is_some_and(|h| h.contains(&std::process::id().to_string())), "{mode:?}");
+            }
+            other => panic!("{mode:?}: {other:?}"),
+        }
+    }
+    // A mounted volume holds its device: a second mount cannot write.
+    let vol = Volume::open(Arc::new(first), MountOptions::default()).unwrap();
+    assert!(matches!(FileDevice::open(&path, OpenMode::ReadWrite), Err(VolError::Busy { .. })));
+    vol.unmount().unwrap();
+    let r1 = FileDevice::open(&path, OpenMode::ReadOnly).unwrap();
+    let r2 = FileDevice::open(&path, OpenMode::ReadOnly).unwrap();
+    assert!(matches!(FileDevice::open(&path, OpenMode::ReadWrite), Err(VolError::Busy { .. })));
+    drop((r1, r2));
+    FileDevice::open(&path, OpenMode::ReadWrite).unwrap();
+}
+
+#[test]
+fn another_process_holding_the_volume_is_named() {
+    if !mballoc_testkit::have("flock") {
+        eprintln!("skipped: flock not installed");
+        return;
+    }
+    let dir = Scratch::new("open-other");
+    let path = dir.join("vol");
+    mkfs(&path, Some(8 << 20), &small(), Overwrite::Refuse).unwrap();
+    let ready = dir.join("ready");
+    let mut child = std::process::Command::new("flock")
+        .arg("-x")
+        .arg(&path)
+        .arg("-c")
+        .arg(format!("touch {} && sleep 30", ready.display()))
+        .spawn()
+        .unwrap();
+    while !ready.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let got = FileDevice::open(&path, OpenMode::ReadWrite);
+    let _ = child.kill();
+    let _ = child.wait();
+    match got {
+        Err(e @ VolError::Busy { .. }) => assert!(e.to_string().contains("in use by process"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn mkfs_refuses_what_it_would_destroy_unless_forced() {
+    let dir = Scratch::new("mkfs");
+    let path = dir.join("vol");
+    let first = mkfs(&path, Some(8 << 20), &small(), Overwrite::Refuse).unwrap();
+    // A volume is there: refused, whether the size is given again or not.
+    for size in [None, Some(16 << 20)] {
+        match mkfs(&path, size, &small(), Overwrite::Refuse) {
+            Err(VolError::InUse { what, .. }) => assert_eq!(what, "an mballoc volume"),
+            other => panic!("{size:?}: {other:?}"),
+        }
+    }
+    let dev = FileDevice::open(&path, OpenMode::ReadOnly).unwrap();
+    assert_eq!(probe(&dev).unwrap(), Some("an mballoc volume"));
+    drop(dev);
+    let vol = Volume::open(Arc::new(FileDevice::open(&path, OpenMode::ReadWrite).unwrap()), MountOptions::default());
+    assert_eq!(vol.unwrap().superblock().uuid, first.uuid, "the refused mkfs changed nothing");
+    let again = mkfs(&path, Some(16 << 20), &small(), Overwrite::Force).unwrap();
+    assert_ne!(again.uuid, first.uuid);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 << 20);
+    // Another file system's signature is refused too.
+    if mballoc_testkit::have("mke2fs") {
+        let ext = dir.join("ext4");
+        mballoc_testkit::run(std::process::Command::new("mke2fs").args(["-q", "-F", "-t", "ext4"]).arg(&ext).arg("8M"));
+        match mkfs(&ext, None, &small(), Overwrite::Refuse) {
+            Err(VolError::InUse { what, .. }) => assert_eq!(what, "an ext2/3/4 file system"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_failed_mkfs_removes_the_file_it_created_and_only_that() {
+    let dir = Scratch::new("mkfs-fail");
+    let path = dir.join("vol");
+    // Far too small for a volume: the layout is refused after the file
+    // was created.
+    assert!(mkfs(&path, Some(4096), &small(), Overwrite::Refuse).is_err());
+    assert!(!path.exists(), "the half-made file is gone");
+    // A file that was there before stays, even when mkfs fails on it.
+    std::fs::write(&path, vec![0u8; 4096]).unwrap();
+    assert!(mkfs(&path, None, &small(), Overwrite::Refuse).is_err());
+    assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 4096]);
+    assert!(matches!(mkfs(&dir.join("missing"), None, &small(), Overwrite::Refuse), Err(VolError::InvalidArgument(_))));
+}
