@@ -11,7 +11,7 @@ use crate::error::{Ext4Error, Result};
 use crate::source::BlockSource;
 use crate::volume::Volume;
 use mballoc::{Allocator, Geometry};
-use mballoc_fs::{ExtentState, FileId, Fs, FsConfig, ImportedFile, MappedExtent};
+use mballoc_fs::{ExtentState, FileId, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent};
 use std::collections::HashSet;
 
 /// The engine's geometry for this volume (in clusters).
@@ -33,10 +33,24 @@ fn bitmaps<S: BlockSource>(vol: &Volume<S>) -> Result<Vec<Vec<u64>>> {
     (0..vol.superblock().groups).map(|g| vol.block_bitmap(g)).collect()
 }
 
-/// An allocator holding the image's free space, one group per ext4 group.
-/// Its `mb_groups_report` is the kernel's `mb_groups` for the image.
+/// Groups per flex group as ext4 uses them (1 without flex_bg).
+pub fn flex_groups<S: BlockSource>(vol: &Volume<S>) -> u32 {
+    let sb = vol.superblock();
+    if sb.feature_incompat & crate::superblock::incompat::FLEX_BG != 0 {
+        1 << sb.log_groups_per_flex.min(31)
+    } else {
+        1
+    }
+}
+
+/// An allocator holding the image's free space, one group per ext4 group,
+/// with the image's flex groups. Its `mb_groups_report` is the kernel's
+/// `mb_groups` for the image.
 pub fn allocator<S: BlockSource>(vol: &Volume<S>) -> Result<Allocator> {
-    let alloc = Allocator::new(geometry(vol)?).map_err(|e| Ext4Error::Unsupported(format!("engine: {e}")))?;
+    let alloc = Allocator::builder(geometry(vol)?)
+        .flex_groups(flex_groups(vol))
+        .build()
+        .map_err(|e| Ext4Error::Unsupported(format!("engine: {e}")))?;
     for (g, bitmap) in bitmaps(vol)?.iter().enumerate() {
         alloc
             .load_group_bitmap(g as u32, bitmap)
@@ -67,6 +81,13 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
     configure(&mut cfg);
     cfg.geometry = geo;
     cfg.inodes_per_group = sb.inodes_per_group;
+    if cfg.flex_groups > 1 {
+        // A profile that models flex groups models the image's.
+        cfg.flex_groups = flex_groups(vol);
+    }
+    if let InodeNumbers::LowestFree { .. } = cfg.inode_numbers {
+        cfg.inode_numbers = InodeNumbers::LowestFree { first: u64::from(sb.first_ino) };
+    }
     let tree = vol.walk()?;
     let base = u64::from(sb.first_data_block);
     let mut files = Vec::new();
@@ -90,7 +111,15 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
             .collect();
         imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents });
     }
+    let lowest_free = matches!(cfg.inode_numbers, InodeNumbers::LowestFree { .. });
     let fs = Fs::import(cfg, &bitmaps(vol)?, imported)
         .map_err(|e| Ext4Error::Unsupported(format!("the engine refused the image: {e}")))?;
+    if lowest_free {
+        // Every inode the image uses (directories, the orphan file) is
+        // taken, so new files get the numbers ext4 would give them.
+        for g in 0..sb.groups {
+            fs.reserve_inode_numbers(vol.inodes_in_use(g)?.into_iter().map(u64::from));
+        }
+    }
     Ok(Loaded { fs, files })
 }

@@ -158,6 +158,23 @@ impl<S: BlockSource> Volume<S> {
         Ok(words)
     }
 
+    /// Inode numbers group `g`'s inode bitmap marks in use (none for an
+    /// INODE_UNINIT group), ascending. The bitmap's checksum is not
+    /// verified: the numbers only tell an engine which numbers a new file
+    /// may take.
+    pub fn inodes_in_use(&self, g: u32) -> Result<Vec<u32>> {
+        let d = self.groups[g as usize];
+        if self.sb.group_csum() && d.inode_uninit() {
+            return Ok(Vec::new());
+        }
+        let raw = self.read_block("inode bitmap", d.inode_bitmap)?;
+        let ipg = self.sb.inodes_per_group as usize;
+        Ok((0..ipg.min(raw.len() * 8))
+            .filter(|&i| raw[i / 8] & (1 << (i % 8)) != 0)
+            .map(|i| g * self.sb.inodes_per_group + i as u32 + 1)
+            .collect())
+    }
+
     /// Set the clusters of blocks `[s, s + len)` that fall in group `g`.
     fn mark(&self, g: u32, words: &mut [u64], s: u64, len: u64) {
         let first = self.sb.group_first_block(g);

@@ -1,9 +1,72 @@
 //! How an engine is set up: the geometry, the allocator's tunables and the
 //! file layer's own policy knobs, each with the kernel's default.
+//!
+//! Two profiles: [`FsConfig::new`] is the engine's own (its improvements
+//! on ext4 switched on), [`FsConfig::kernel`] makes ext4's decisions. Every
+//! setting on which they differ is a named field; docs/PROFILES.md lists
+//! them with the reason and ext4's behaviour beside each.
 
 use crate::fs::StreamPlacement;
+use crate::inode_numbers::InodeNumbers;
 use crate::normalize::Normalization;
 use mballoc::{Concurrency, Geometry, Tunables};
+
+/// How many blocks one allocation request may map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestSize {
+    /// A whole contiguous run, up to a group, in one request.
+    WholeRun,
+    /// At most this many blocks per request (ext4's writeback maps at most
+    /// `MAX_WRITEPAGES_EXTENT_LEN` = 2048 blocks, and fallocate at most
+    /// `EXT_UNWRITTEN_MAX_LEN` = 32767).
+    UpTo(u32),
+}
+
+impl RequestSize {
+    /// The most a request for a run of `run` blocks may ask, in a volume
+    /// of `blocks_per_group`-block groups.
+    pub fn cap(self, run: u64, blocks_per_group: u32) -> u32 {
+        let group = u64::from(blocks_per_group);
+        match self {
+            RequestSize::WholeRun => run.min(group) as u32,
+            RequestSize::UpTo(n) => run.min(u64::from(n)).min(group) as u32,
+        }
+    }
+}
+
+/// The order in which `sync` writes files back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOrder {
+    /// By inode number.
+    ByInode,
+    /// Oldest dirtied first, as the kernel's flusher walks its dirty list.
+    Dirtied,
+}
+
+/// What closing a file does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseBehaviour {
+    /// The last close gives back the file's preallocations; delayed data
+    /// waits for fsync, sync or background writeback.
+    DiscardAtLastClose,
+    /// ext4's `ext4_release_file`: a close after a truncate to zero writes
+    /// the file's delayed data back (`auto_da_alloc`, which protects the
+    /// replace-by-truncate pattern), and the last close gives back the
+    /// preallocations only if no delayed data remains.
+    Ext4,
+}
+
+/// Whether the file layer allocates extent-tree blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtentTreeBlocks {
+    /// Extent maps live outside the volume's data blocks (a persistent
+    /// volume keeps them in its own tree area).
+    Outside,
+    /// As ext4: four extents in the inode, then leaf and index blocks
+    /// allocated through the allocator as one-block metadata requests with
+    /// a goal next to the data they map.
+    InVolume,
+}
 
 /// How the engine is set up.
 #[derive(Debug, Clone)]
@@ -33,6 +96,23 @@ pub struct FsConfig {
     pub concurrency: Concurrency,
     /// Placement of fallocate appends: per-file streams or ext4's.
     pub stream_placement: StreamPlacement,
+    /// Blocks one writeback request may map.
+    pub writeback_request: RequestSize,
+    /// Blocks one fallocate request may map.
+    pub fallocate_request: RequestSize,
+    /// Groups per flex group (1: no flex_bg). With 4 or more, a new file's
+    /// first goal is the second group of its inode's flex group and
+    /// CR_POWER2_ALIGNED skips the first group of each flex group for data,
+    /// as ext4 keeps those for directories and metadata.
+    pub flex_groups: u32,
+    /// How new files are numbered.
+    pub inode_numbers: InodeNumbers,
+    /// The order `sync` writes files back in.
+    pub sync_order: SyncOrder,
+    /// What closing a file does.
+    pub close: CloseBehaviour,
+    /// Whether extent-tree blocks come from the allocator.
+    pub extent_tree: ExtentTreeBlocks,
 }
 
 impl FsConfig {
@@ -52,6 +132,41 @@ impl FsConfig {
             stream_goals: None,
             concurrency: Concurrency::Scalable,
             stream_placement: StreamPlacement::PerFile,
+            writeback_request: RequestSize::WholeRun,
+            fallocate_request: RequestSize::WholeRun,
+            flex_groups: 16,
+            inode_numbers: InodeNumbers::Sequential { first: crate::inode_numbers::FIRST_INO },
+            sync_order: SyncOrder::ByInode,
+            close: CloseBehaviour::DiscardAtLastClose,
+            extent_tree: ExtentTreeBlocks::Outside,
+        }
+    }
+
+    /// ext4's behaviour, decision for decision, on a volume of this shape
+    /// made by `mke2fs` with its defaults (flex_bg of 16, the orphan file
+    /// in inode 12): writeback requests of at most 2048 blocks, fallocate
+    /// requests of at most 32767, ext4's placement of appends, goals in
+    /// the second group of a file's flex group, lowest free inode numbers,
+    /// one locality group (the lab runs single-threaded on one CPU),
+    /// sync oldest-dirtied first, `auto_da_alloc`, extent-tree blocks
+    /// allocated in the volume, and commits only at fsync and sync (the
+    /// kernel commits every 5 s, which a run shorter than that never
+    /// reaches). [`FsConfig::new`] keeps the engine's own choices.
+    pub fn kernel(geometry: Geometry) -> Self {
+        FsConfig {
+            tunables: Tunables::kernel(),
+            locality_groups: 1,
+            commit_interval_ops: 0,
+            dirty_limit_blocks: u64::MAX,
+            stream_placement: StreamPlacement::Kernel,
+            writeback_request: RequestSize::UpTo(2048),
+            fallocate_request: RequestSize::UpTo(crate::extent_map::MAX_UNWRITTEN_LEN),
+            flex_groups: 16,
+            inode_numbers: InodeNumbers::LowestFree { first: crate::inode_numbers::FIRST_INO + 1 },
+            sync_order: SyncOrder::Dirtied,
+            close: CloseBehaviour::Ext4,
+            extent_tree: ExtentTreeBlocks::InVolume,
+            ..FsConfig::new(geometry)
         }
     }
 }

@@ -74,12 +74,15 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod alloc_log;
 mod change_log;
 mod config;
 mod error;
+mod ext4_tree;
 mod extent_map;
 mod fs;
 mod id_hash;
+mod inode_numbers;
 mod journal;
 mod normalize;
 mod percpu;
@@ -87,14 +90,16 @@ mod prealloc;
 mod ranges;
 mod space;
 
+pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
-pub use config::FsConfig;
+pub use config::{CloseBehaviour, ExtentTreeBlocks, FsConfig, RequestSize, SyncOrder};
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN};
 pub use fs::{
     FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsStats, ImportedFile, StreamPlacement, APPEND_WINDOW_MAX,
 };
 pub use id_hash::{IdHasher, IdMap};
+pub use inode_numbers::{InodeNumbers, FIRST_INO};
 pub use journal::JournalStats;
 pub use mballoc::Concurrency;
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};

@@ -152,14 +152,25 @@ pub struct WindowGeometry {
     pub total_blocks: u64,
 }
 
+/// What a window does with a request longer than itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cover {
+    /// Widen to cover the whole request where the neighbours allow: an
+    /// engine that maps a whole dirty run in one request needs it.
+    Request,
+    /// Stay the window (ext4): the allocator is asked for the window, and
+    /// the rest of the request comes in the next one.
+    WindowOnly,
+}
+
 /// `ext4_mb_normalize_request` for a stream request: pick the window, keep it
 /// off mapped blocks and other preallocations, and find a merge goal.
 ///
-/// One deliberate difference: the kernel never normalizes a request longer
-/// than its window, because writeback hands it at most 2,048 blocks at a
-/// time. This layer hands over a whole dirty run, so the window is widened
-/// to cover the request where the neighbours allow.
-pub fn window(norm: &Normalization, geo: WindowGeometry, r: &RequestShape, nb: &Neighbours) -> Window {
+/// With [`Cover::Request`] (the engine, which hands over whole dirty runs)
+/// a request longer than its window widens the window; ext4 hands
+/// writeback requests of at most 2,048 blocks and leaves the window as it
+/// is ([`Cover::WindowOnly`]).
+pub fn window(norm: &Normalization, geo: WindowGeometry, r: &RequestShape, nb: &Neighbours, cover: Cover) -> Window {
     let bits = geo.block_bits;
     let o_start = r.logical;
     let o_end = o_start + u64::from(r.len);
@@ -194,7 +205,9 @@ pub fn window(norm: &Normalization, geo: WindowGeometry, r: &RequestShape, nb: &
     }
     // Cover the whole request if the neighbours allow it.
     let limit = nb.right.map_or(u64::MAX, |r| r.0).min(nb.right_pa_start.unwrap_or(u64::MAX));
-    end = end.max(o_end.min(limit));
+    if cover == Cover::Request {
+        end = end.max(o_end.min(limit));
+    }
     if end - start > bpg {
         // Keep the part that holds the request.
         end = (start + bpg).max(o_end.min(limit)).min(end);
@@ -265,7 +278,7 @@ mod tests {
     #[test]
     fn kernel_size_classes_with_4k_blocks() {
         let n = Normalization::KernelWindows;
-        let w = |l, len, isz| window(&n, GEO, &shape(l, len, isz), &Neighbours::default());
+        let w = |l, len, isz| window(&n, GEO, &shape(l, len, isz), &Neighbours::default(), Cover::Request);
         assert_eq!((w(0, 1, 1).logical, w(0, 1, 1).len), (0, 4)); // 16 KiB
         assert_eq!(w(0, 5, 5).len, 8); // 20 KiB -> 32 KiB
         assert_eq!(w(30, 1, 100).len, 128); // 400 KiB -> 512 KiB
@@ -282,13 +295,13 @@ mod tests {
     fn windows_stay_off_neighbours_and_merge_with_them() {
         let n = Normalization::KernelWindows;
         let nb = Neighbours { left: Some((9, 1009)), right: Some((14, 5000)), ..Default::default() };
-        let w = window(&n, GEO, &shape(10, 1, 20), &nb);
+        let w = window(&n, GEO, &shape(10, 1, 20), &nb, Cover::Request);
         assert_eq!((w.logical, w.len, w.merge_goal), (10, 4, Some(1010)));
         let nb = Neighbours { right: Some((8, 5000)), ..Default::default() };
-        let w = window(&n, GEO, &shape(2, 1, 20), &nb);
+        let w = window(&n, GEO, &shape(2, 1, 20), &nb, Cover::Request);
         assert_eq!((w.logical, w.len, w.merge_goal), (0, 8, Some(4992)));
         let nb = Neighbours { left_pa_end: Some(3), right_pa_start: Some(6), ..Default::default() };
-        let w = window(&n, GEO, &shape(4, 1, 20), &nb);
+        let w = window(&n, GEO, &shape(4, 1, 20), &nb, Cover::Request);
         assert_eq!((w.logical, w.len), (3, 3));
     }
 
@@ -303,9 +316,9 @@ mod tests {
         assert_eq!(placement(&t, 16, 512, &shape(0, 100, 500)), Placement::LocalityGroup);
         assert_eq!(placement(&t, 16, 512, &shape(0, 256, 256)), Placement::Stream);
         assert_eq!(placement(&t, 16, 512, &shape(1000, 1, 1024)), Placement::Stream);
-        let w = window(&t, GEO, &shape(5000, 10, 5010), &Neighbours::default());
+        let w = window(&t, GEO, &shape(5000, 10, 5010), &Neighbours::default(), Cover::Request);
         assert_eq!((w.logical, w.len), (4096, 2048));
-        let w = window(&t, GEO, &shape(0, 3, 3), &Neighbours::default());
+        let w = window(&t, GEO, &shape(0, 3, 3), &Neighbours::default(), Cover::Request);
         assert_eq!((w.logical, w.len), (0, 4));
     }
 

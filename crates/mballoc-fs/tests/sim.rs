@@ -15,8 +15,8 @@ use mballoc_testkit as common;
 use mballoc::{Geometry, Tunables};
 use mballoc_fs::RangeSet;
 use mballoc_fs::{
-    Concurrency, FallocateMode, FiemapKind, FileId, Fs, FsConfig, FsError, Normalization, PreallocTable,
-    StreamPlacement,
+    CloseBehaviour, Concurrency, FallocateMode, FiemapKind, FileId, Fs, FsConfig, FsError, Normalization,
+    PreallocTable, StreamPlacement,
 };
 use rand::Rng;
 use std::collections::BTreeMap;
@@ -31,6 +31,9 @@ struct ModelFile {
     unwritten: RangeSet,
     dirty_unwritten: RangeSet,
     delayed: RangeSet,
+    /// Truncated to zero since its last close: under ext4's close the
+    /// next close writes the file back (auto_da_alloc).
+    truncated_to_zero: bool,
 }
 
 impl ModelFile {
@@ -71,6 +74,7 @@ struct Sim {
     mode: Writeback,
     max_blocks: u64,
     no_space: u64,
+    ext4_close: bool,
 }
 
 impl Sim {
@@ -87,7 +91,9 @@ impl Sim {
         cfg.reserved = vec![(2000, 40)];
         cfg.dirty_limit_blocks = if mode == Writeback::Explicit { u64::MAX } else { 600 };
         tweak(&mut cfg);
+        let ext4_close = cfg.close == CloseBehaviour::Ext4;
         Sim {
+            ext4_close,
             fs: Fs::new(cfg).unwrap(),
             files: BTreeMap::new(),
             unlinked: Vec::new(),
@@ -143,6 +149,8 @@ impl Sim {
             0..=7 => {
                 if self.files.len() < 24 {
                     let f = self.fs.create().unwrap();
+                    // ext4's numbering reuses an unlinked file's number.
+                    self.unlinked.retain(|&u| u != f);
                     self.files.insert(f.0, ModelFile { open: 1, ..Default::default() });
                 }
             }
@@ -215,6 +223,7 @@ impl Sim {
                 }
                 r.unwrap();
                 let m = self.files.get_mut(&f.0).unwrap();
+                m.truncated_to_zero |= size == 0;
                 if size < m.size {
                     m.remove(size.div_ceil(BS), u64::MAX);
                 }
@@ -266,7 +275,11 @@ impl Sim {
                     self.files.get_mut(&f.0).unwrap().open += 1;
                 } else {
                     self.fs.close(f).unwrap();
-                    self.files.get_mut(&f.0).unwrap().open -= 1;
+                    let m = self.files.get_mut(&f.0).unwrap();
+                    m.open -= 1;
+                    if self.ext4_close && std::mem::take(&mut m.truncated_to_zero) {
+                        m.flush();
+                    }
                 }
             }
             87..=91 => {
@@ -422,6 +435,31 @@ fn simulation_kernel_placement_legacy_locks() {
         |cfg| {
             cfg.stream_placement = StreamPlacement::Kernel;
             cfg.concurrency = Concurrency::Legacy;
+        },
+    );
+}
+
+#[test]
+fn simulation_kernel_profile() {
+    // Every ext4-faithful behaviour at once: writeback and fallocate in
+    // capped requests, flex groups, lowest-free inode numbers, ext4's close
+    // and extent-tree blocks allocated in the volume.
+    run(
+        "simulation_kernel_profile",
+        || Normalization::KernelWindows,
+        Writeback::Explicit,
+        |cfg| {
+            let k = FsConfig::kernel(cfg.geometry);
+            cfg.tunables = Tunables { mb_stats: true, ..k.tunables };
+            cfg.locality_groups = k.locality_groups;
+            cfg.stream_placement = k.stream_placement;
+            cfg.writeback_request = k.writeback_request;
+            cfg.fallocate_request = k.fallocate_request;
+            cfg.flex_groups = 4;
+            cfg.inode_numbers = k.inode_numbers;
+            cfg.sync_order = k.sync_order;
+            cfg.close = k.close;
+            cfg.extent_tree = k.extent_tree;
         },
     );
 }

@@ -35,6 +35,8 @@
 pub mod backend;
 pub mod core_workloads;
 pub mod error;
+pub mod fidelity;
+pub mod kernel_trace;
 pub mod metrics;
 pub mod mount;
 pub mod report;

@@ -68,6 +68,27 @@ pub struct Image {
 }
 
 impl Image {
+    /// A new image in /dev/shm: a sparse file of `bytes` (at least what
+    /// mkfs accepts) made into a `fs` file system by its mkfs.
+    pub fn make(fs: KernelFs, bytes: u64, block_size: u32) -> Result<Image, LabError> {
+        let bytes = bytes.max(fs.min_bytes());
+        let image = Mount::new_image(fs);
+        let io = |e| LabError::io(image.path.display().to_string(), e);
+        let file = std::fs::File::create(&image.path).map_err(io)?;
+        file.set_len(bytes).map_err(io)?;
+        drop(file);
+        run(&mut fs.mkfs(&image.path, block_size))?;
+        Ok(image)
+    }
+
+    /// An image expanded from an `e2image -Q` (QCOW2) file, by
+    /// `e2image -r`.
+    pub fn from_qcow2(source: &Path) -> Result<Image, LabError> {
+        let image = Mount::new_image(KernelFs::Ext4);
+        run(Command::new("e2image").arg("-r").arg(source).arg(&image.path))?;
+        Ok(image)
+    }
+
     /// The image file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -119,13 +140,8 @@ impl Mount {
         if !crate::sys::is_root() {
             return Err(LabError::Unavailable("needs root for loop mounts".into()));
         }
+        let image = Image::make(fs, bytes, block_size)?;
         let bytes = bytes.max(fs.min_bytes());
-        let image = Self::new_image(fs);
-        let io = |e| LabError::io(image.path.display().to_string(), e);
-        let file = std::fs::File::create(&image.path).map_err(io)?;
-        file.set_len(bytes).map_err(io)?;
-        drop(file);
-        run(&mut fs.mkfs(&image.path, block_size))?;
         Self::attach(fs, image, bytes, options)
     }
 

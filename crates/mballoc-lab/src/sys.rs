@@ -242,6 +242,17 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The kernel's page size in bytes.
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions; _SC_PAGESIZE always answers.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 {
+        n as u64
+    } else {
+        4096
+    }
+}
+
 /// The CPUs this process may run on, ascending.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: an all-zero cpu_set_t is the empty set, a valid value.

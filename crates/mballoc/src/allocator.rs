@@ -39,6 +39,7 @@ pub struct Allocator {
     pub(crate) stats: Stats,
     pub(crate) stream_goals: StreamGoals,
     pub(crate) concurrency: Concurrency,
+    pub(crate) flex_groups: u32,
     pub(crate) initial_free: AtomicU64,
 }
 

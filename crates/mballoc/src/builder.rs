@@ -29,6 +29,7 @@ impl Allocator {
             reserved: Vec::new(),
             stream_goals: None,
             concurrency: Concurrency::default(),
+            flex_groups: 1,
         }
     }
 }
@@ -41,6 +42,7 @@ pub struct AllocatorBuilder {
     reserved: Vec<(u64, u64)>,
     stream_goals: Option<u32>,
     concurrency: Concurrency,
+    flex_groups: u32,
 }
 
 impl AllocatorBuilder {
@@ -65,12 +67,22 @@ impl AllocatorBuilder {
         self.concurrency = c;
         self
     }
+    /// Groups per flex group (a power of two; 1, the default: none). With
+    /// 4 or more, CR_POWER2_ALIGNED skips the first group of every flex
+    /// group for data requests, as ext4 leaves it to metadata.
+    pub fn flex_groups(mut self, n: u32) -> Self {
+        self.flex_groups = n;
+        self
+    }
     /// Build the allocator. Untouched groups cost no bitmap memory. The
     /// locality-group window (`mb_group_prealloc`) is clamped to one group.
     pub fn build(mut self) -> Result<Allocator> {
         let geo = self.geo;
         self.tunables.mb_group_prealloc = self.tunables.mb_group_prealloc.min(geo.blocks_per_group());
         self.tunables.validate(geo.blocks_per_group())?;
+        if !self.flex_groups.is_power_of_two() {
+            return Err(Error::InvalidRequest("flex groups must be a power of two"));
+        }
         let mut reserved = Vec::with_capacity(self.reserved.len());
         for &(start, len) in &self.reserved {
             if len == 0 {
@@ -113,6 +125,7 @@ impl AllocatorBuilder {
                 Concurrency::Legacy => StreamGoals::locked(),
             },
             concurrency: self.concurrency,
+            flex_groups: self.flex_groups,
             initial_free: AtomicU64::new(initial_free),
         };
         let mut newly_reserved = 0u64;

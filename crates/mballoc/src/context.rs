@@ -53,6 +53,9 @@ pub(crate) struct Ctx {
     /// CR_BEST_AVAIL_LEN under `BestAvailFloor::Minimum`: a run at least
     /// the trimmed length is taken whole, up to the original goal length.
     pub(crate) whole_run: bool,
+    /// Every pass ran without taking a candidate; the best one found was
+    /// taken after them (the kernel counts no pass's hit for it).
+    pub(crate) after_passes: bool,
 }
 
 impl Ctx {
@@ -81,7 +84,7 @@ impl Allocator {
             t,
             is_data: req.kind == AllocKind::Data,
             goal_len: req.len,
-            orig_goal_len: req.len,
+            orig_goal_len: req.orig_goal_len.unwrap_or(req.len),
             min_len: req.min_len.unwrap_or(1),
             orig_len: req.original_len.or(req.min_len).unwrap_or(req.len),
             goal_block: req.goal,
@@ -96,6 +99,7 @@ impl Allocator {
             result: None,
             hint_first: false,
             whole_run: false,
+            after_passes: false,
             found: 0,
             cr_found: [0; NUM_CRITERIA],
             cr_considered: [0; NUM_CRITERIA],
@@ -115,7 +119,8 @@ impl Allocator {
         }
         let got = ctx.result.map_or(0, |(e, _)| e.len);
         bump(&sh.reqs, 1);
-        bump(&sh.allocated, got.into());
+        // What the caller keeps: the rest of a window is its preallocation.
+        bump(&sh.allocated, got.min(ctx.orig_len).into());
         bump(&sh.success, u64::from(got >= ctx.orig_len));
         bump(&sh.extents_scanned, ctx.found.into());
         bump(&sh.groups_scanned, ctx.groups_scanned.into());
@@ -124,14 +129,19 @@ impl Allocator {
             bump(&sh.cr_groups_considered[i], ctx.cr_considered[i].into());
             bump(&sh.cr_useless_loops[i], ctx.cr_failed[i].into());
         }
+        // ext4 counts a request whose best candidate was taken after every
+        // pass ran (its criterion one past the last) as a failed loop of
+        // the first pass; mb_stats here reads as ext4's would.
+        bump(&sh.cr_useless_loops[0], u64::from(ctx.after_passes));
         bump(&sh.breaks, u64::from(ctx.found > ctx.t.mb_max_to_scan));
         if let Some((e, by)) = ctx.result {
             bump(&sh.len_goal_hits, u64::from(e.len == ctx.orig_goal_len));
-            if req.stream.is_none() {
-                bump(&sh.goal_hits, u64::from(req.goal == Some(e.start)));
-            }
+            // A stream request's goal is its stream's group once the
+            // probe at the goal block failed: only the probe can hit it.
+            let at_goal = by == FoundBy::Goal || (req.stream.is_none() && req.goal == Some(e.start));
+            bump(&sh.goal_hits, u64::from(at_goal));
             if let FoundBy::Pass(cr) = by {
-                bump(&sh.cr_hits[cr.index()], 1);
+                bump(&sh.cr_hits[cr.index()], u64::from(!ctx.after_passes));
                 bump(&sh.two_n_hits, u64::from(ctx.two_n_hit));
                 if req.stream.is_some() && self.geo.group_of(e.start) == ctx.start_group {
                     bump(&sh.stream_goal_hits, 1);

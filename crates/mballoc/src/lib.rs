@@ -154,4 +154,4 @@ pub use order_index::IndexKind;
 pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPolicy};
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
-pub use tunables::{BestAvailFloor, OptimizeScan, Tunables};
+pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, Tunables};

@@ -75,8 +75,17 @@ pub struct AllocRequest {
     /// The caller's own need inside a larger (normalized) `len`: the kernel's
     /// original request length. CR_BEST_AVAIL_LEN never trims the goal below
     /// it, and the `success` statistic counts answers that cover it. Unlike
-    /// `min_len` it is not a floor. Defaults to `min_len`, else `len`.
+    /// `min_len` it is not a floor, and it may exceed `len`: a normalization
+    /// window shorter than the request asks for the window, and the rest
+    /// comes in another request. Defaults to `min_len`, else `len`.
     pub original_len: Option<u32>,
+    /// The kernel's `ac_orig_goal_len`: the length CR_BEST_AVAIL_LEN
+    /// restores the goal to when it gives up, and the length
+    /// `len_goal_hits` counts results of. For a normalized stream request
+    /// it is the window (`len`); for a locality-group request ext4 leaves
+    /// it at the original request, so a group request that falls past
+    /// CR_BEST_AVAIL_LEN looks for its own length only. Default `len`.
+    pub orig_goal_len: Option<u32>,
 }
 
 impl AllocRequest {
@@ -90,6 +99,7 @@ impl AllocRequest {
             kind: AllocKind::Data,
             stream: None,
             original_len: None,
+            orig_goal_len: None,
         }
     }
     /// Start scanning at `goal`'s group.
@@ -124,6 +134,12 @@ impl AllocRequest {
     /// [`AllocRequest::original_len`]).
     pub fn original_len(mut self, len: u32) -> Self {
         self.original_len = Some(len);
+        self
+    }
+    /// Set the kernel's `ac_orig_goal_len` (see
+    /// [`AllocRequest::orig_goal_len`]).
+    pub fn orig_goal_len(mut self, len: u32) -> Self {
+        self.orig_goal_len = Some(len);
         self
     }
     /// Mark as a metadata request.
@@ -162,7 +178,10 @@ impl AllocRequest {
         if self.len == 0 || self.min_len == Some(0) || self.original_len == Some(0) {
             return Err(Error::ZeroLength);
         }
-        for m in [self.min_len, self.original_len].into_iter().flatten() {
+        if self.orig_goal_len == Some(0) {
+            return Err(Error::ZeroLength);
+        }
+        for m in [self.min_len, self.orig_goal_len].into_iter().flatten() {
             if m > self.len {
                 return Err(Error::MinExceedsLen { min_len: m, len: self.len });
             }

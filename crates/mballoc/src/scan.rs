@@ -12,7 +12,7 @@ use crate::group::{summary_of, GroupSlot};
 use crate::order_index::IndexKind;
 use crate::request::{Extent, FoundBy, GoalPolicy};
 use crate::stream_goal::Concurrency;
-use crate::tunables::BestAvailFloor;
+use crate::tunables::{BestAvailFloor, LinearBestAvail};
 
 impl Allocator {
     /// Serve `ctx`: the goal first, then the passes, then the best
@@ -38,6 +38,7 @@ impl Allocator {
                 return;
             }
             if ctx.best.is_some() && !ctx.hint_first {
+                ctx.after_passes = ctx.cr.is_none();
                 self.try_best_found(ctx);
                 if ctx.status != Status::Found {
                     // Someone took our best candidate while we scanned on:
@@ -103,6 +104,11 @@ impl Allocator {
         self.after_change(g, slot, old, buddy.info());
         ctx.result = Some((Extent { start: goal, len: take }, FoundBy::Goal));
         ctx.status = Status::Found;
+        // As every found extent (`ext4_mb_use_best_found`), a stream's
+        // goal moves to the group it was found in.
+        if let Some(key) = ctx.stream {
+            self.stream_goals.store(self.stream_goals.slot(key), g);
+        }
     }
 
     /// Run the current pass once over the volume and advance to the next pass
@@ -127,6 +133,9 @@ impl Allocator {
                 Criterion::PowerOf2Aligned => {
                     let lo = ctx.two_order as usize;
                     self.index.walk_linear_like(IndexKind::LargestFreeOrder, lo..=top, start, n, |g| {
+                        // ext4 counts a group its index walk visits, and
+                        // again when it tests it.
+                        ctx.cr_considered[cr.index()] += 1;
                         self.scan_group(ctx, g);
                         ctx.status != Status::Continue
                     });
@@ -134,6 +143,7 @@ impl Allocator {
                 Criterion::GoalLenFast => {
                     let lo = request_bucket(ctx.goal_len, self.geo.num_orders());
                     self.index.walk_linear_like(IndexKind::AvgFragmentSize, lo..=top, start, n, |g| {
+                        ctx.cr_considered[cr.index()] += 1;
                         self.scan_group(ctx, g);
                         ctx.status != Status::Continue
                     });
@@ -146,9 +156,13 @@ impl Allocator {
             ctx.cr_failed[cr.index()] += 1;
             ctx.cr = match cr {
                 // Only data requests carry slack worth trimming, and the
-                // trimming walks the avg-fragment index: with linear scans the
-                // kernel's cr1.5 would only repeat cr1 untrimmed, so skip it.
-                Criterion::GoalLenFast if !(ctx.is_data && ctx.optimize) => Some(Criterion::GoalLenSlow),
+                // trimming walks the avg-fragment index. With linear scans
+                // ext4's cr1.5 only repeats cr1 untrimmed, for any request;
+                // the engine skips it unless told to repeat it.
+                Criterion::GoalLenFast if ctx.optimize && !ctx.is_data => Some(Criterion::GoalLenSlow),
+                Criterion::GoalLenFast if !ctx.optimize && ctx.t.linear_best_avail == LinearBestAvail::Skip => {
+                    Some(Criterion::GoalLenSlow)
+                }
                 _ => cr.next(),
             };
         }
@@ -191,6 +205,7 @@ impl Allocator {
                 }
                 let mut g = lo;
                 while let Some(found) = set.next_in(g, hi) {
+                    ctx.cr_considered[ctx.cr.expect("a pass").index()] += 1;
                     self.scan_group(ctx, found);
                     if ctx.status != Status::Continue {
                         break 'halves;
@@ -209,6 +224,13 @@ impl Allocator {
     fn scan_group(&self, ctx: &mut Ctx, g: u32) {
         let cr = ctx.cr.expect("scan with no pass");
         ctx.cr_considered[cr.index()] += 1;
+        if cr == Criterion::PowerOf2Aligned
+            && ctx.is_data
+            && self.flex_groups >= 4
+            && g.is_multiple_of(self.flex_groups)
+        {
+            return;
+        }
         let summary = self.groups.summary(g);
         if !good_group(cr, &summary, ctx.goal_len, ctx.two_order, ctx.min_len) {
             return;

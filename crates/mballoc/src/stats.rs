@@ -9,8 +9,12 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 /// A point-in-time copy of every counter, named as in the kernel's `mb_stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MbStats {
-    /// Requests.
+    /// Requests, the kernel's way: every request, those the file layer
+    /// served from a preallocation included.
     pub reqs: u64,
+    /// Of `reqs`, those served from a preallocation; `reqs` minus this is
+    /// what reached the allocator's search.
+    pub preallocation_reqs: u64,
     /// Requests that got at least their minimum (or full) length.
     pub success: u64,
     /// Blocks handed out.
@@ -85,6 +89,7 @@ macro_rules! shard_fields {
 
 shard_fields!(
     reqs,
+    preallocation_reqs,
     success,
     allocated,
     groups_scanned,

@@ -35,6 +35,18 @@ pub enum BestAvailFloor {
     Minimum,
 }
 
+/// Whether scans without the order indexes run CR_BEST_AVAIL_LEN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinearBestAvail {
+    /// Skip it: without the indexes it cannot trim, and would only repeat
+    /// CR_GOAL_LEN_FAST's sweep (the engine's choice).
+    #[default]
+    Skip,
+    /// Run it, as ext4 does: a second CR_GOAL_LEN_FAST sweep, for data and
+    /// metadata alike, counted under CR_BEST_AVAIL_LEN.
+    Repeat,
+}
+
 /// Allocator tunables. Field names are the kernel's sysfs attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunables {
@@ -74,6 +86,8 @@ pub struct Tunables {
     pub mb_c2_threshold: u32,
     /// `mb_c3_threshold` (percent; Lustre 5): below it, start at CR_ANY_FREE.
     pub mb_c3_threshold: u32,
+    /// CR_BEST_AVAIL_LEN when `mb_optimize_scan` is off (not a kernel knob).
+    pub linear_best_avail: LinearBestAvail,
 }
 
 impl Default for Tunables {
@@ -92,6 +106,7 @@ impl Default for Tunables {
             mb_c1_threshold: 0,
             mb_c2_threshold: 0,
             mb_c3_threshold: 0,
+            linear_best_avail: LinearBestAvail::Skip,
         }
     }
 }
@@ -100,6 +115,12 @@ impl Tunables {
     /// Defaults with statistics on (what the lab and the benchmarks use).
     pub fn with_stats() -> Self {
         Tunables { mb_stats: true, ..Tunables::default() }
+    }
+
+    /// ext4's own behaviour wherever the engine's defaults differ (the
+    /// kernel profile's tunables).
+    pub fn kernel() -> Self {
+        Tunables { linear_best_avail: LinearBestAvail::Repeat, ..Tunables::default() }
     }
 
     /// These tunables with Lustre's pass-skipping thresholds (25%, 15%, 5%).
@@ -141,7 +162,7 @@ impl Tunables {
 
 /// Tunables in atomics: snapshot per request, store from any thread.
 pub(crate) struct AtomicTunables {
-    fields: [AtomicU32; 13],
+    fields: [AtomicU32; 14],
 }
 
 impl AtomicTunables {
@@ -174,10 +195,19 @@ impl AtomicTunables {
                 BestAvailFloor::Request => 0,
                 BestAvailFloor::Minimum => 1,
             },
+            match t.linear_best_avail {
+                LinearBestAvail::Skip => 0,
+                LinearBestAvail::Repeat => 1,
+            },
         ];
         for (f, v) in self.fields.iter().zip(v) {
             f.store(v, Ordering::Relaxed);
         }
+    }
+
+    /// `mb_stats` alone: one load, for paths too hot for [`Self::load`].
+    pub(crate) fn stats_on(&self) -> bool {
+        self.fields[0].load(Ordering::Relaxed) != 0
     }
 
     pub(crate) fn load(&self) -> Tunables {
@@ -200,6 +230,7 @@ impl AtomicTunables {
             mb_c2_threshold: f(10),
             mb_c3_threshold: f(11),
             mb_best_avail_floor: if f(12) == 1 { BestAvailFloor::Minimum } else { BestAvailFloor::Request },
+            linear_best_avail: if f(13) == 1 { LinearBestAvail::Repeat } else { LinearBestAvail::Skip },
         }
     }
 }

@@ -40,6 +40,7 @@ fn mb_stats_layout() {
     let s = MbStats {
         reqs: 28402,
         success: 28302,
+        preallocation_reqs: 0,
         groups_scanned: 30512,
         cr_hits: [25011, 1380, 310, 40, 0],
         cr_groups_considered: [27950, 2802, 920, 900, 0],

@@ -3,11 +3,14 @@
 //! normalized window from the allocator.
 
 use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize, StreamPlacement};
+use crate::alloc_log::{AllocEvent, Purpose, ServedBy};
 use crate::change_log::Change;
+use crate::config::RequestSize;
+use crate::ext4_tree::Merge;
 use crate::extent_map::ExtentState;
-use crate::normalize::{placement, window, Neighbours, Placement, RequestShape, WindowGeometry};
+use crate::normalize::{placement, window, Cover, Neighbours, Placement, RequestShape, WindowGeometry};
 use crate::prealloc::GroupPa;
-use mballoc::AllocRequest;
+use mballoc::{AllocRequest, Extent};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -36,10 +39,21 @@ impl Fs {
         state: ExtentState,
         normalize: Normalize,
     ) -> std::result::Result<(), MapStopped> {
-        let bpg = u64::from(self.alloc.geometry().blocks_per_group());
+        let bpg = self.alloc.geometry().blocks_per_group();
+        let size = match state {
+            ExtentState::Written => self.cfg.writeback_request,
+            ExtentState::Unwritten => self.cfg.fallocate_request,
+        };
         let mut l = start;
+        // ext4's writeback maps a bounded piece at a time and asks again for
+        // whatever of the piece the allocator did not give, before the next
+        // piece; fallocate asks for as much of the rest as one request may.
+        let mut piece_end = start;
         while l < end {
-            let len = (end - l).min(bpg) as u32;
+            if l >= piece_end || size == RequestSize::WholeRun || state == ExtentState::Unwritten {
+                piece_end = l + u64::from(size.cap(end - l, bpg));
+            }
+            let len = (piece_end - l) as u32;
             let mut attempts = 0;
             let (physical, got) = loop {
                 match self.allocate_one(node, ino, l, len, normalize) {
@@ -64,10 +78,23 @@ impl Fs {
                 }
             };
             ino.map.insert(l, physical, got, state);
+            // Writeback's blocks go into ext4's tree unwritten, unmerged,
+            // until their I/O completes (dioread_nolock); the flush
+            // converts them after.
+            let freed = if ino.tree.is_some() {
+                let (tree_state, merge) = match state {
+                    ExtentState::Written => (ExtentState::Unwritten, Merge::BeforeIo),
+                    ExtentState::Unwritten => (ExtentState::Unwritten, Merge::Yes),
+                };
+                self.with_tree(ino, |t, s| t.map(l, physical, got, tree_state, merge, s))
+            } else {
+                Vec::new()
+            };
             // Writeback's blocks hold no data on the device yet: the layer
             // that writes it records them written (`Fs::mark_written`).
             self.note(Change::Map { ino: ino.id, logical: l, physical, len: got, state: ExtentState::Unwritten });
             self.space.settle(u64::from(got));
+            self.release_tree_blocks(freed);
             l += u64::from(got);
         }
         Ok(())
@@ -93,7 +120,9 @@ impl Fs {
     /// One allocation for logical block `l`, up to `len` blocks: from the
     /// file's preallocation, from the CPU's locality group, or from the
     /// allocator with a normalized window. `None` means the allocator had
-    /// nothing.
+    /// nothing. Requests served from a preallocation count in the
+    /// allocator's statistics as ext4 counts them; every request goes to
+    /// the allocation log when it records.
     pub(super) fn allocate_one(
         &self,
         node: &FileNode,
@@ -102,12 +131,37 @@ impl Fs {
         len: u32,
         normalize: Normalize,
     ) -> Option<(u64, u32)> {
+        let got = self.allocate_inner(node, ino, l, len, normalize);
+        let goal = || self.goal(ino, l);
+        if let Some((p, n, ServedBy::InodePreallocation | ServedBy::GroupPreallocation)) = got {
+            self.alloc.note_preallocated_request(|| Some(goal()), Extent { start: p, len: n }, len);
+        }
+        self.alloc_log.push(|| AllocEvent {
+            ino: ino.id,
+            logical: l,
+            len,
+            goal: goal(),
+            purpose: Purpose::Data,
+            result: got.map(|(p, n, _)| (p, n)),
+            served_by: got.map_or(ServedBy::Failed, |g| g.2),
+        });
+        got.map(|(p, n, _)| (p, n))
+    }
+
+    fn allocate_inner(
+        &self,
+        node: &FileNode,
+        ino: &Inode,
+        l: u64,
+        len: u32,
+        normalize: Normalize,
+    ) -> Option<(u64, u32, ServedBy)> {
         let (pa_bounds, len) = {
             let mut pas = node.pas.lock();
             if let Some((p, got)) = pas.take(l, len) {
                 self.pa_free.local().fetch_sub(i64::from(got), Ordering::AcqRel);
                 inc(&self.counters.local().inode_pa_hits, 1);
-                return Some((p, got));
+                return Some((p, got, ServedBy::InodePreallocation));
             }
             // Stop where the next window of the file begins: those blocks
             // must come from it.
@@ -137,7 +191,7 @@ impl Fs {
             req = req.stream(k);
         }
         inc(&self.counters.local().alloc_requests, 1);
-        self.alloc.allocate(&req).ok().map(|a| (a.extent.start, a.extent.len))
+        self.alloc.allocate(&req).ok().map(|a| (a.extent.start, a.extent.len, ServedBy::Allocator(a.found_by)))
     }
 
     /// Count a window in flight until the guard drops.
@@ -169,29 +223,33 @@ impl Fs {
         goal: u64,
         group_prealloc: u32,
         normalize: Normalize,
-    ) -> Option<(u64, u32)> {
+    ) -> Option<(u64, u32, ServedBy)> {
         let lg = &self.lgs[cpu_slot() % self.lgs.len()];
         let hit = lg.lock().take(len, goal);
         if let Some((start, trimmed)) = hit {
             self.pa_free.local().fetch_sub(i64::from(len), Ordering::AcqRel);
             inc(&self.counters.local().group_pa_hits, 1);
             self.give_back(trimmed.iter().map(GroupPa::run));
-            return Some((start, len));
+            return Some((start, len, ServedBy::GroupPreallocation));
         }
         let window = group_prealloc.max(len);
         let want = if normalize == Normalize::Yes && self.may_preallocate(window) { window } else { len };
         let _flight = (want > len).then(|| self.track_window());
         inc(&self.counters.local().alloc_requests, 1);
-        let a = self.alloc.allocate(&AllocRequest::new(want).original_len(len).goal(goal)).ok()?;
+        // ext4 leaves a group request's `ac_orig_goal_len` at the original
+        // length (its normalization returns before setting it).
+        let req = AllocRequest::new(want).original_len(len).orig_goal_len(len).goal(goal);
+        let a = self.alloc.allocate(&req).ok()?;
+        let how = ServedBy::Allocator(a.found_by);
         let got = a.extent.len.min(len);
         let surplus = a.extent.len - got;
         if surplus > 0 {
-            self.prealloc(surplus.into());
+            self.prealloc(surplus.into(), a.extent.len.into());
             inc(&self.counters.local().group_pas_created, 1);
             let trimmed = lg.lock().add_and_trim(GroupPa { pstart: a.extent.start + u64::from(got), free: surplus });
             self.give_back(trimmed.iter().map(GroupPa::run));
         }
-        Some((a.extent.start, got))
+        Some((a.extent.start, got, how))
     }
 
     /// Streams: a normalized window, the surplus kept as the file's
@@ -204,7 +262,7 @@ impl Fs {
         (left_pa_end, right_pa_start): (Option<u64>, Option<u64>),
         goal: u64,
         stream: Option<u64>,
-    ) -> Option<(u64, u32)> {
+    ) -> Option<(u64, u32, ServedBy)> {
         let l = shape.logical;
         let nb = Neighbours {
             left: ino.map.left_of(l).map(|e| (e.logical_end() - 1, e.physical + u64::from(e.len) - 1)),
@@ -218,11 +276,14 @@ impl Fs {
             blocks_per_group: geo.blocks_per_group(),
             total_blocks: geo.total_blocks(),
         };
-        let w = window(&self.cfg.normalization, wgeo, &shape, &nb);
+        // A whole dirty run in one request needs a window that covers it.
+        let cover =
+            if self.cfg.writeback_request == RequestSize::WholeRun { Cover::Request } else { Cover::WindowOnly };
+        let w = window(&self.cfg.normalization, wgeo, &shape, &nb, cover);
         let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
         let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
         let _flight = (wlen > own).then(|| self.track_window());
-        let mut req = AllocRequest::new(wlen).original_len(own);
+        let mut req = AllocRequest::new(wlen).original_len(shape.len);
         req = match w.merge_goal.filter(|_| wlen == w.len) {
             Some(m) => req.try_goal(m),
             None => req.goal(goal),
@@ -232,9 +293,10 @@ impl Fs {
         }
         inc(&self.counters.local().alloc_requests, 1);
         let a = self.alloc.allocate(&req).ok()?;
+        let how = ServedBy::Allocator(a.found_by);
         let got = a.extent.len;
         if got <= own {
-            return Some((a.extent.start, got));
+            return Some((a.extent.start, got, how));
         }
         // Place the preallocation inside the window so it covers `l`.
         let wend = wl + u64::from(wlen);
@@ -249,11 +311,11 @@ impl Fs {
         };
         let mut pas = node.pas.lock();
         pas.insert(lstart, a.extent.start, got);
-        self.prealloc(u64::from(got));
+        self.prealloc(u64::from(got), u64::from(got));
         inc(&self.counters.local().inode_pas_created, 1);
         let (p, n) = pas.take(l, own).expect("a new preallocation covers its request");
         self.pa_free.local().fetch_sub(i64::from(n), Ordering::AcqRel);
-        Some((p, n))
+        Some((p, n, how))
     }
 }
 
@@ -296,9 +358,12 @@ impl Fs {
         n
     }
 
-    pub(super) fn prealloc(&self, n: u64) {
-        self.pa_free.local().fetch_add(n as i64, Ordering::AcqRel);
-        inc(&self.counters.local().preallocated, n);
-        self.alloc.note_preallocation(n, 0);
+    /// `held` blocks kept unused in a new preallocation of `size` blocks
+    /// (mb_stats' `preallocated` counts the whole of it, as ext4 does, the
+    /// part the request took at once included).
+    pub(super) fn prealloc(&self, held: u64, size: u64) {
+        self.pa_free.local().fetch_add(held as i64, Ordering::AcqRel);
+        inc(&self.counters.local().preallocated, held);
+        self.alloc.note_preallocation(size, 0);
     }
 }

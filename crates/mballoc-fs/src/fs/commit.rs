@@ -4,6 +4,7 @@
 
 use super::{inc, FileId, FileNode, Fs, Inode, Normalize};
 use crate::change_log::{Change, ChangeLog};
+use crate::config::SyncOrder;
 use crate::error::{FsError, Result};
 use crate::extent_map::ExtentState;
 use crate::journal::WhenBusy;
@@ -27,7 +28,21 @@ impl Fs {
     /// Write back every file and commit. The first failure stops it.
     pub fn sync(&self) -> Result<()> {
         let _op = self.op();
-        for f in self.files() {
+        let order = match self.cfg.sync_order {
+            SyncOrder::ByInode => self.files(),
+            SyncOrder::Dirtied => {
+                // Oldest dirtied first (a file dirtied again after a
+                // writeback counts from its last dirtying), then any file
+                // not on the list.
+                let mut seen = std::collections::HashSet::new();
+                let listed: Vec<FileId> = self.dirty_files.lock().iter().rev().map(|&i| FileId(i)).collect();
+                let mut v: Vec<FileId> = listed.into_iter().filter(|f| seen.insert(*f)).collect();
+                v.reverse();
+                v.extend(self.files().into_iter().filter(|f| seen.insert(*f)));
+                v
+            }
+        };
+        for f in order {
             if let Ok(node) = self.node(f) {
                 let mut ino = node.inode.lock();
                 if !ino.unlinked {
@@ -114,20 +129,52 @@ impl Fs {
     /// A failure (the log could not commit the frees that would cover a
     /// promised run) leaves what was not mapped delayed, still promised.
     pub(super) fn flush(&self, node: &FileNode, ino: &mut Inode) -> Result<()> {
+        // ext4 writes back in logical order: delayed runs are allocated,
+        // writes into unwritten extents split them first (the split needs
+        // the extent tree as it is at that point).
+        let unwritten: Vec<(u64, u64)> = ino.dirty_unwritten.iter().collect();
+        let mut next_unwritten = 0;
+        let split = |fs: &Fs, ino: &mut Inode, upto: u64, next: &mut usize| {
+            while let Some(&(s, e)) = unwritten.get(*next).filter(|r| r.0 < upto) {
+                let freed = fs.with_tree(ino, |t, sp| t.split_for_write(s, e, sp));
+                fs.release_tree_blocks(freed);
+                *next += 1;
+            }
+        };
+        let mut io: Vec<(u64, u64)> = Vec::new();
+        let mut failed = None;
         loop {
             let Some((s, e)) = ino.delayed.iter().next() else { break };
+            split(self, ino, s, &mut next_unwritten);
             inc(&self.counters.local().writeback_runs, 1);
             let mapped = self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
             let done = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e);
             if done > s {
                 ino.delayed.remove(s, done);
                 self.dirty.fetch_sub(done - s, Ordering::AcqRel);
+                io.push((s, done));
             }
-            mapped.map_err(|stop| stop.error)?;
+            if let Err(stop) = mapped {
+                failed = Some(stop.error);
+                break;
+            }
         }
-        let converted = std::mem::take(&mut ino.dirty_unwritten);
+        if failed.is_none() {
+            split(self, ino, u64::MAX, &mut next_unwritten);
+        }
+        // The writes complete: ext4 converts what they covered and merges.
+        let converted = if failed.is_none() { std::mem::take(&mut ino.dirty_unwritten) } else { Default::default() };
+        io.extend(converted.iter());
+        io.sort_unstable();
         for (s, e) in converted.iter() {
             ino.map.convert_to_written(s, e);
+        }
+        for (s, e) in io {
+            let freed = self.with_tree(ino, |t, sp| t.written(s, e, sp));
+            self.release_tree_blocks(freed);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         self.dirty.fetch_sub(converted.len(), Ordering::AcqRel);
         ino.on_dirty_list = false;

@@ -9,6 +9,15 @@ use crate::error::{FsError, Result};
 use crate::extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN};
 use std::sync::atomic::Ordering;
 
+/// What a cut took from a file.
+#[derive(Default)]
+pub(super) struct Removed {
+    /// The data it unmapped.
+    pub(super) extents: Vec<MappedExtent>,
+    /// Extent-tree blocks the removal freed.
+    pub(super) tree_blocks: Vec<u64>,
+}
+
 impl Fs {
     /// A buffered write of `len` bytes at `offset`. Blocks are not allocated
     /// now: every hole the write covers is reserved (so writeback cannot run
@@ -115,18 +124,24 @@ impl Fs {
             return Err(FsError::FileTooLarge { offset: size, len: 0, max: self.max_file_size() });
         }
         self.with_inode(f, true, |node, ino| {
+            if size == 0 {
+                ino.truncated_to_zero = true;
+            }
             if size == ino.size {
+                // As ext4, a truncate to the same size still gives back
+                // the file's preallocations.
+                self.discard_inode_pas(node);
                 return Ok(());
             }
             let shrink = size < ino.size;
             let first = size.div_ceil(self.block_size());
-            let removed = if shrink { self.cut(ino, first, u64::MAX) } else { Vec::new() };
+            let removed = if shrink { self.cut(ino, first, u64::MAX) } else { Removed::default() };
             ino.size = size;
             // One unit: a crash shows the file before or after, never its
             // blocks gone at the old size.
             let unmap = Change::Unmap { ino: ino.id, first, end: u64::MAX };
             let resize = Change::Size { ino: ino.id, size };
-            if removed.is_empty() {
+            if removed.extents.is_empty() {
                 self.note(resize);
             } else {
                 self.note_all(&[unmap, resize]);
@@ -154,7 +169,7 @@ impl Fs {
         self.with_inode(f, true, |node, ino| {
             if first < end {
                 let removed = self.cut(ino, first, end);
-                if !removed.is_empty() {
+                if !removed.extents.is_empty() {
                     self.note(Change::Unmap { ino: ino.id, first, end });
                 }
                 self.release(removed);
@@ -178,7 +193,13 @@ impl Fs {
             }
             let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
             self.dirty.fetch_sub(undirtied, Ordering::AcqRel);
-            ino.map.convert_to_written(first, end);
+            if ino.map.convert_to_written(first, end) > 0 {
+                let freed = self.with_tree(ino, |t, s| {
+                    t.split_for_write(first, end, s);
+                    t.written(first, end, s);
+                });
+                self.release_tree_blocks(freed);
+            }
             if !ino.map.overlapping(first, end).is_empty() {
                 self.note(Change::Written { ino: ino.id, first, end });
             }
@@ -193,24 +214,29 @@ impl Fs {
     }
 
     /// Remove `[first, end)` from the file: delayed blocks are unreserved,
-    /// mapped blocks are unmapped and returned, for the caller to log the
-    /// operation and then [`Fs::release`] them.
-    pub(super) fn cut(&self, ino: &mut Inode, first: u64, end: u64) -> Vec<MappedExtent> {
+    /// mapped blocks are unmapped and returned (with the extent-tree
+    /// blocks the removal frees), for the caller to log the operation and
+    /// then [`Fs::release`] them.
+    pub(super) fn cut(&self, ino: &mut Inode, first: u64, end: u64) -> Removed {
         let dropped: u64 = ino.delayed.remove(first, end).iter().map(|(s, e)| e - s).sum();
         let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
         self.space.unclaim(dropped);
         self.dirty.fetch_sub(dropped + undirtied, Ordering::AcqRel);
-        ino.map.remove(first, end)
+        let extents = ino.map.remove(first, end);
+        let tree_blocks =
+            if extents.is_empty() { Vec::new() } else { self.with_tree(ino, |t, s| t.remove(first, end, s)) };
+        Removed { extents, tree_blocks }
     }
 
     /// Send blocks a file no longer maps to the running transaction. The
     /// change that unmapped them must be logged first, so that a commit
     /// that releases them has it.
-    pub(super) fn release(&self, removed: Vec<MappedExtent>) {
-        for piece in removed {
+    pub(super) fn release(&self, removed: Removed) {
+        for piece in removed.extents {
             self.defer_free(piece.physical, u64::from(piece.len));
             self.space.release(u64::from(piece.len));
         }
+        self.release_tree_blocks(removed.tree_blocks);
     }
 
     /// Send a physical range to the running transaction, split by group.

@@ -2,19 +2,20 @@
 
 use super::{FiemapExtent, FiemapKind, FileId, FileNode, Fs, Inode};
 use crate::change_log::Change;
+use crate::config::{CloseBehaviour, ExtentTreeBlocks};
 use crate::error::{FsError, Result};
+use crate::ext4_tree::Ext4Tree;
 use crate::extent_map::{ExtentMap, ExtentState, MappedExtent};
 use crate::prealloc::InodePas;
 use crate::ranges::RangeSet;
 use parking_lot::Mutex;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Fs {
     /// Create an empty file, open once (like `creat`).
     pub fn create(&self) -> Result<FileId> {
         let _op = self.op();
-        let id = self.next_ino.fetch_add(1, Ordering::AcqRel);
+        let id = self.inodes.take();
         if id > u64::from(u32::MAX) {
             return Err(FsError::InvalidConfig("inode numbers exhausted".into()));
         }
@@ -25,10 +26,24 @@ impl Fs {
     }
 
     /// Enter file `id` into the table. Its home group is its inode's
-    /// group, as in ext4.
+    /// group, as in ext4; with flex groups of 4 or more, the second group
+    /// of that flex group (ext4 keeps the first for directories).
     pub(super) fn insert_file(&self, id: u64, size: u64, map: ExtentMap, open: u32) {
-        let home_group =
-            (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(self.alloc.geometry().groups())) as u32;
+        let groups = self.alloc.geometry().groups();
+        let inode_group = (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(groups)) as u32;
+        let flex = self.cfg.flex_groups;
+        let home_group = if flex >= 4 {
+            let g = (inode_group & !(flex - 1)) + 1;
+            if g < groups {
+                g
+            } else {
+                inode_group
+            }
+        } else {
+            inode_group
+        };
+        let tree = (self.cfg.extent_tree == ExtentTreeBlocks::InVolume)
+            .then(|| Ext4Tree::packed(self.block_size(), map.iter().map(|e| (e.logical, e.physical, e.len, e.state))));
         let inode = Inode {
             id,
             size,
@@ -39,6 +54,8 @@ impl Fs {
             home_group,
             on_dirty_list: false,
             unlinked: false,
+            truncated_to_zero: false,
+            tree,
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
         self.files.insert(id, node);
@@ -54,12 +71,19 @@ impl Fs {
     }
 
     /// Close one handle. The last close gives back the file's unused
-    /// preallocations.
+    /// preallocations (see [`CloseBehaviour`] for ext4's conditions).
     pub fn close(&self, f: FileId) -> Result<()> {
         let _op = self.op();
         self.with_inode(f, true, |node, ino| {
+            let ext4 = self.cfg.close == CloseBehaviour::Ext4;
+            if ext4 && std::mem::take(&mut ino.truncated_to_zero) {
+                self.flush(node, ino)?;
+            }
             ino.open -= 1;
-            if ino.open == 0 {
+            // ext4 keeps the preallocations while delayed data still
+            // waits for writeback, which will want them.
+            let keep_for_writeback = ext4 && !ino.delayed.is_empty();
+            if ino.open == 0 && !keep_for_writeback {
                 self.discard_inode_pas(node);
             }
             Ok(())
@@ -150,6 +174,7 @@ impl Fs {
         self.release(removed);
         self.discard_inode_pas(&node);
         drop(ino);
+        self.inodes.give_back(f.0);
         self.tick();
         Ok(())
     }

@@ -1,12 +1,11 @@
 //! Starting the engine from an existing volume's state instead of an
 //! empty one.
 
-use super::{Fs, FsConfig, FIRST_INO};
+use super::{Fs, FsConfig};
 use crate::error::{FsError, Result};
 use crate::extent_map::{ExtentMap, MappedExtent};
 use crate::normalize::MAX_LOGICAL_BLOCKS;
 use crate::space::Space;
-use std::sync::atomic::Ordering;
 
 /// A file carried into the engine: its inode number (which becomes its
 /// [`FileId`](crate::FileId) and picks its home group), size and extents.
@@ -83,16 +82,14 @@ impl Fs {
         let file_blocks: u64 = owned.iter().map(|o| o.1).sum();
         fs.metadata_blocks = geo.total_blocks() - free - file_blocks;
         fs.space = Space::new(free);
-        let mut next = FIRST_INO;
         for f in files {
             let mut map = ExtentMap::new();
             for e in &f.extents {
                 map.insert(e.logical, e.physical, e.len, e.state);
             }
             fs.insert_file(f.ino, f.size, map, 0);
-            next = next.max(f.ino + 1);
+            fs.inodes.mark_used(f.ino);
         }
-        fs.next_ino.store(next, Ordering::Release);
         debug_assert_eq!(fs.check(), Ok(()));
         Ok(fs)
     }

@@ -16,6 +16,7 @@ mod files;
 mod import;
 mod stats;
 mod streams;
+mod tree_blocks;
 mod verify;
 
 pub use import::ImportedFile;
@@ -25,9 +26,12 @@ use crate::config::FsConfig;
 use stats::{inc, Counters};
 pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
 
+use crate::alloc_log::{AllocEvent, AllocLog};
 use crate::change_log::ChangeLog;
 use crate::error::{FsError, Result};
+use crate::ext4_tree::Ext4Tree;
 use crate::extent_map::ExtentMap;
+use crate::inode_numbers::InodePool;
 use crate::journal::{Journal, WhenBusy};
 use crate::normalize::{Normalization, MAX_LOGICAL_BLOCKS};
 use crate::percpu::{cpu_slot, FileTable, PerCpu};
@@ -40,13 +44,12 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// A file's number (its inode number). Numbers are never reused.
+/// A file's number (its inode number). Under
+/// [`InodeNumbers::Sequential`](crate::InodeNumbers) numbers are never
+/// reused; under `LowestFree` an unlinked file's number goes to the next
+/// new file, as in ext4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileId(pub u64);
-
-/// First inode number handed to a file (ext4's first non-reserved inode
-/// after `lost+found`).
-const FIRST_INO: u64 = 12;
 
 /// What `fallocate` does to the file size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,6 +95,11 @@ struct Inode {
     home_group: u32,
     on_dirty_list: bool,
     unlinked: bool,
+    /// Truncated to zero since the last close (ext4's
+    /// `EXT4_STATE_DA_ALLOC_CLOSE`).
+    truncated_to_zero: bool,
+    /// ext4's extent-tree shape, when its blocks come from the volume.
+    tree: Option<Ext4Tree>,
 }
 
 struct FileNode {
@@ -120,7 +128,7 @@ pub struct Fs {
     cfg: FsConfig,
     block_bits: u32,
     files: FileTable<Arc<FileNode>>,
-    next_ino: AtomicU64,
+    inodes: InodePool,
     lgs: Vec<Mutex<LocalityGroup>>,
     journal: Journal,
     space: Space,
@@ -134,6 +142,7 @@ pub struct Fs {
     log: Option<Arc<dyn ChangeLog>>,
     windows_in_flight: PerCpu<AtomicU64>,
     quiesce: verify::Quiesce,
+    alloc_log: AllocLog,
 }
 
 /// A preallocation window on its way from the allocator to its pool,
@@ -174,7 +183,13 @@ impl Fs {
                 )));
             }
         }
-        let mut b = Allocator::builder(cfg.geometry).tunables(cfg.tunables).concurrency(cfg.concurrency);
+        if !cfg.flex_groups.is_power_of_two() {
+            return Err(FsError::InvalidConfig(format!("flex_groups {} is not a power of two", cfg.flex_groups)));
+        }
+        let mut b = Allocator::builder(cfg.geometry)
+            .tunables(cfg.tunables)
+            .concurrency(cfg.concurrency)
+            .flex_groups(cfg.flex_groups);
         for &(s, l) in &cfg.reserved {
             b = b.reserve(s, l);
         }
@@ -190,9 +205,9 @@ impl Fs {
             log: None,
             lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
             alloc,
+            inodes: InodePool::new(cfg.inode_numbers),
             cfg,
             files: FileTable::new(),
-            next_ino: AtomicU64::new(FIRST_INO),
             journal: Journal::new(concurrency),
             space: Space::new(free),
             pa_free: PerCpu::default(),
@@ -203,6 +218,7 @@ impl Fs {
             counters: PerCpu::default(),
             windows_in_flight: PerCpu::default(),
             quiesce: verify::Quiesce::new(),
+            alloc_log: AllocLog::default(),
         })
     }
 
@@ -247,6 +263,25 @@ impl Fs {
         self.journal.pending_blocks()
     }
 
+    /// Numbers already held by something other than a file the engine
+    /// knows (a directory of an imported volume): new files never get them.
+    pub fn reserve_inode_numbers(&self, inos: impl IntoIterator<Item = u64>) {
+        for ino in inos {
+            self.inodes.mark_used(ino);
+        }
+    }
+
+    /// Record every allocation request from now on (see [`AllocEvent`]),
+    /// dropping anything recorded before.
+    pub fn record_allocations(&self) {
+        self.alloc_log.start();
+    }
+
+    /// The requests recorded since the last call, in order.
+    pub fn take_allocations(&self) -> Vec<AllocEvent> {
+        self.alloc_log.take()
+    }
+
     /// Dirty blocks waiting for writeback.
     pub fn dirty_blocks(&self) -> u64 {
         self.dirty.load(Ordering::Acquire)
@@ -256,7 +291,7 @@ impl Fs {
         if let Some(n) = self.files.get(f.0) {
             return Ok(n);
         }
-        if f.0 >= FIRST_INO && f.0 < self.next_ino.load(Ordering::Acquire) {
+        if self.inodes.was_issued(f.0) {
             Err(FsError::Unlinked(f))
         } else {
             Err(FsError::UnknownFile(f))

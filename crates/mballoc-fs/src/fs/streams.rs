@@ -38,6 +38,7 @@
 //! [`StreamPlacement::Kernel`] keeps ext4's behaviour.
 
 use super::{inc, FileNode, Fs, Inode};
+use crate::alloc_log::ServedBy;
 use crate::normalize::Placement;
 use mballoc::{AllocRequest, Allocation};
 
@@ -71,7 +72,7 @@ impl Fs {
         len: u32,
         place: Placement,
         next_pa: Option<u64>,
-    ) -> Option<(u64, u32)> {
+    ) -> Option<(u64, u32, ServedBy)> {
         let geo = self.alloc.geometry();
         let stream = (place == Placement::Stream).then_some(ino.id);
         // Only an append (nothing mapped further right) grows a window.
@@ -137,9 +138,9 @@ impl Fs {
         if got > own {
             let surplus = got - own;
             node.pas.lock().insert(l + u64::from(own), start + u64::from(own), surplus);
-            self.prealloc(u64::from(surplus));
+            self.prealloc(u64::from(surplus), u64::from(got));
             inc(&self.counters.local().inode_pas_created, 1);
         }
-        Some((start, own))
+        Some((start, own, ServedBy::Allocator(a.found_by)))
     }
 }

@@ -1,0 +1,91 @@
+//! Extent-tree blocks in the volume (`ExtentTreeBlocks::InVolume`): the
+//! file's [`Ext4Tree`] says when ext4 would allocate or free one, and
+//! this module does it, as ext4 does, through the allocator: a one-block
+//! metadata request with the file's home goal, no normalization, no
+//! preallocation. A tree block is promised like data (a claim), so it
+//! never takes a block promised to delayed data; with nothing claimable
+//! the node keeps no block (ext4 would dip into its reserved pool).
+
+use super::{Fs, Inode};
+use crate::alloc_log::{AllocEvent, Purpose, ServedBy};
+use crate::ext4_tree::{TreeBlocks, TreeGoal};
+use mballoc::AllocRequest;
+
+/// The allocator and the file, seen from the tree.
+pub(super) struct TreeSpace<'a> {
+    fs: &'a Fs,
+    ino: u64,
+    goal: u64,
+    /// Blocks freed, for the caller to release after logging its change.
+    pub(super) freed: Vec<u64>,
+}
+
+impl<'a> TreeSpace<'a> {
+    pub(super) fn new(fs: &'a Fs, ino: &Inode) -> TreeSpace<'a> {
+        TreeSpace { fs, ino: ino.id, goal: fs.alloc.geometry().group_first_block(ino.home_group), freed: Vec::new() }
+    }
+}
+
+impl TreeBlocks for TreeSpace<'_> {
+    fn alloc(&mut self, goal: TreeGoal) -> Option<u64> {
+        if self.fs.space.claim(1).is_err() {
+            return None;
+        }
+        let total = self.fs.alloc.geometry().total_blocks();
+        let req = match goal {
+            TreeGoal::Near(b) if b < total => AllocRequest::new(1).goal(b),
+            TreeGoal::TryFirst(b) if b < total => AllocRequest::new(1).try_goal(b),
+            _ => AllocRequest::new(1).goal(self.goal),
+        };
+        let goal = req.goal.unwrap_or(self.goal);
+        let got = self.fs.alloc.allocate(&req.metadata()).ok();
+        match &got {
+            Some(_) => self.fs.space.settle(1),
+            None => self.fs.space.unclaim(1),
+        }
+        self.fs.alloc_log.push(|| AllocEvent {
+            ino: self.ino,
+            logical: 0,
+            len: 1,
+            goal,
+            purpose: Purpose::ExtentTree,
+            result: got.map(|a| (a.extent.start, a.extent.len)),
+            served_by: got.map_or(ServedBy::Failed, |a| ServedBy::Allocator(a.found_by)),
+        });
+        got.map(|a| a.extent.start)
+    }
+
+    fn free(&mut self, block: u64) {
+        self.freed.push(block);
+    }
+}
+
+impl Fs {
+    /// Run `f` on the file's tree, if it has one, with its blocks coming
+    /// from and going back to the volume; returns the blocks freed, which
+    /// the caller releases once the change that freed them is logged.
+    #[inline]
+    pub(super) fn with_tree(
+        &self,
+        ino: &mut Inode,
+        f: impl FnOnce(&mut crate::ext4_tree::Ext4Tree, &mut TreeSpace<'_>),
+    ) -> Vec<u64> {
+        let Some(mut tree) = ino.tree.take() else { return Vec::new() };
+        let mut space = TreeSpace::new(self, ino);
+        f(&mut tree, &mut space);
+        ino.tree = Some(tree);
+        space.freed
+    }
+
+    /// Release freed tree blocks to the running transaction.
+    #[inline(always)]
+    pub(super) fn release_tree_blocks(&self, blocks: Vec<u64>) {
+        if blocks.is_empty() {
+            return;
+        }
+        for b in blocks {
+            self.defer_free(b, 1);
+            self.space.release(1);
+        }
+    }
+}

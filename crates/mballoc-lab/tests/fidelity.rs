@@ -1,0 +1,106 @@
+//! The kernel profile held to kernel runs kept in `tests/data/fidelity`
+//! (recorded with `mballoc lab fidelity --quick --case NAME --keep DIR` on
+//! Linux 6.18, the images stored with `e2image -Q`): the engine, loaded
+//! from the same pristine image and given the same operations, must end
+//! with every file laid out as ext4 laid it out, answer every one of
+//! ext4's allocation requests as ext4 did, and print the same mb_stats.
+//! The kernel's trace replayed on the bare allocator must agree too.
+//! No root needed: this runs everywhere.
+//!
+//! As root with loop devices, one small case also runs live against this
+//! machine's kernel, with agreement thresholds (a kernel newer than the
+//! one the profile follows may legitimately differ a little).
+
+use mballoc_lab::fidelity::{self, replay, stored};
+use mballoc_lab::LabError;
+use std::path::PathBuf;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/fidelity")
+}
+
+/// mb_stats lines that measure the host, not the decisions.
+fn decisions(mb_stats: &str) -> Vec<&str> {
+    mb_stats.lines().filter(|l| !l.contains("buddies")).collect()
+}
+
+fn check_stored(name: &str) {
+    let run = match stored::load(&data(), name) {
+        Err(LabError::Unavailable(why)) => {
+            eprintln!("skipped {name}: {why}");
+            return;
+        }
+        r => r.unwrap_or_else(|e| panic!("{name}: {}", mballoc_lab::chain(&e))),
+    };
+    let a = run.replay().unwrap_or_else(|e| panic!("{name}: {}", mballoc_lab::chain(&e)));
+    eprintln!("{}", a.text());
+    assert!(a.files > 0 && a.kernel_requests > 0, "{name}: the kept run is empty");
+    assert_eq!(
+        a.files_identical,
+        a.files,
+        "{name}: files laid out differently, first: {:?}",
+        &a.differing_files[..a.differing_files.len().min(4)]
+    );
+    assert_eq!(a.blocks_same, a.blocks, "{name}: data blocks placed differently");
+    assert_eq!(a.lost_events, 0, "{name}: the kept trace dropped events");
+    assert_eq!(
+        (a.requests_matched, a.engine_requests),
+        (a.kernel_requests, a.kernel_requests),
+        "{name}: requests differ; first: {:?}",
+        a.first_divergence
+    );
+    assert_eq!(a.free_extents.0, a.free_extents.1, "{name}: free extents");
+    assert_eq!(a.free_blocks.0, a.free_blocks.1, "{name}: free blocks");
+    let body = |h: &str| h.lines().filter(|l| !l.starts_with("Device:")).collect::<Vec<_>>().join("\n");
+    assert_eq!(body(&a.histograms.0), body(&a.histograms.1), "{name}: e2freefrag histogram");
+    assert_eq!(decisions(&a.mb_stats.0), decisions(&a.mb_stats.1), "{name}: mb_stats");
+
+    // The allocator alone, taught the kernel's earlier answers, searches
+    // each request again: the same extent by the same pass every time.
+    let trace = std::fs::read_to_string(data().join(format!("{name}.trace"))).unwrap();
+    let r = replay::replay_file(&trace, None, run.image(), |_| {}).unwrap();
+    eprintln!("{}", r.text());
+    assert!(r.searched > 0, "{name}: no request reached the allocator");
+    assert_eq!(r.same_extent, r.searched, "{name}: {:?}", r.first_divergence);
+    assert_eq!(r.same_pass, r.searched, "{name}: passes differ");
+}
+
+#[test]
+fn kept_run_near_full() {
+    check_stored("near-full");
+}
+
+#[test]
+fn kept_run_sparse_random_1k() {
+    check_stored("sparse-random-1k");
+}
+
+#[test]
+fn a_damaged_kept_run_is_an_error() {
+    let dir = std::env::temp_dir().join(format!("mballoc-fidelity-damaged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for ext in ["ops", "trace", "free", "mb_stats", "meta", "qcow2"] {
+        std::fs::copy(data().join(format!("near-full.{ext}")), dir.join(format!("x.{ext}"))).unwrap();
+    }
+    std::fs::write(dir.join("x.layout"), "f0 13 0+8@notanumber\n").unwrap();
+    let e = stored::load(&dir, "x").err().expect("a bad layout line is refused");
+    assert!(mballoc_lab::chain(&e).contains("x.layout:1"), "{}", mballoc_lab::chain(&e));
+    std::fs::remove_file(dir.join("x.layout")).unwrap();
+    assert!(stored::load(&dir, "x").is_err(), "a missing layout is refused");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn live_kernel_agrees_on_a_small_case() {
+    let case = fidelity::builtin(true).into_iter().find(|c| c.name == "small-files-1k").unwrap();
+    match fidelity::run(&case, None) {
+        Err(e) if e.is_unavailable() => eprintln!("skipped: {}", mballoc_lab::chain(&e)),
+        Err(e) => panic!("{}", mballoc_lab::chain(&e)),
+        Ok(a) => {
+            eprintln!("{}", a.text());
+            assert!(a.file_share() >= 0.95, "files identical {:.1}%", 100.0 * a.file_share());
+            assert!(a.block_share() >= 0.99, "blocks in place {:.2}%", 100.0 * a.block_share());
+            assert!((a.free_extent_ratio() - 1.0).abs() <= 0.05, "free extents {:?}", a.free_extents);
+        }
+    }
+}
