@@ -177,9 +177,10 @@ enum LabCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print a built-in scenario's workload as TOML.
+    /// Print a built-in scenario's workload as TOML (or, for the scenarios
+    /// that run their own loop, what they run).
     Show {
-        /// fallocate2, fio-falloc, small-files-fragmented, multiblock-cost or aged.
+        /// A name from `mballoc lab list`.
         scenario: String,
     },
 }
@@ -398,7 +399,25 @@ fn run() -> Result<()> {
                 "small-files-fragmented" => scenarios::small_files::workload(64, 256, 8 << 30),
                 "multiblock-cost" => scenarios::multiblock::workload(600, 640),
                 "aged" => scenarios::aged::workload(8 << 30, 1 << 30),
-                other => bail!("no workload for {other:?}"),
+                // These drive their target directly, not through a
+                // workload: say what they run instead.
+                "folio-write" => {
+                    println!(
+                        "# folio-write runs its own loop, not a workload: one file written sequentially\n\
+                         # at 4 KiB, 64 KiB and 1 MiB per call, in three modes (cache; sync: fsync after\n\
+                         # every write; writeback: fsync at the end), on the engine's persistent volume\n\
+                         # with 4 KiB and 2 MiB folios and on kernel ext4 by system calls."
+                    );
+                    return Ok(());
+                }
+                "fallocate2-core" | "fragmented-core" => {
+                    println!(
+                        "# {scenario} runs on the allocator alone (no files, no workload): see\n\
+                         # `mballoc lab list` for what it measures and `mballoc bench alloc` to run it."
+                    );
+                    return Ok(());
+                }
+                other => bail!("no scenario {other:?} (`mballoc lab list` names them)"),
             };
             print!("{}", w.to_toml());
             Ok(())

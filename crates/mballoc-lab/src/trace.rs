@@ -161,6 +161,12 @@ impl Trace {
         if t.volume == 0 {
             return Err(err(1, "no `volume` line".into()));
         }
+        if !t.block_size.is_power_of_two() || !(1024..=65536).contains(&t.block_size) {
+            return Err(err(1, format!("block size {} is not a power of two from 1024 to 65536", t.block_size)));
+        }
+        if t.volume < 16 * u64::from(t.block_size) {
+            return Err(err(1, format!("volume {} is too small", t.volume)));
+        }
         Ok(t)
     }
 
@@ -204,8 +210,12 @@ mod tests {
             "# mballoc trace 1\nvolume 1M\nx create f",
             "# mballoc trace 1\nvolume 1M\n0 fly f",
             "# mballoc trace 1\nvolume 1M\n99999999 create f",
+            "# mballoc trace 1\nvolume 1073741824\nblock-size 0\n0 create f",
+            "# mballoc trace 1\nvolume 1073741824\nblock-size 3000\n0 create f",
+            "# mballoc trace 1\nvolume 4096\n0 create f",
         ] {
             assert!(Trace::parse(bad).is_err(), "{bad:?}");
         }
+        assert!(Trace::parse("# mballoc trace 1\nvolume 1073741824\nblock-size 1024\n0 create f").is_ok());
     }
 }

@@ -285,6 +285,11 @@ impl Workload {
             if j.repeat == 0 && self.seconds.is_none() {
                 return bad(format!("job {:?} repeats until time runs out, but `seconds` is not set", j.name));
             }
+            if j.repeat == 0 && j.steps.is_empty() {
+                // Nothing to repeat would spin until the time limit without
+                // ever issuing an operation.
+                return bad(format!("job {:?} repeats until time runs out, but has no steps", j.name));
+            }
             if j.name.contains(char::is_whitespace) || j.name.is_empty() {
                 return bad(format!("job name {:?} must be one word", j.name));
             }
@@ -421,6 +426,7 @@ pub(crate) mod tests {
             "name = 'x'\njob = []",
             "name = 'x'\nblock_size = 3000\n[[job]]\nname = 'j'\nsteps = []",
             "name = 'x'\n[[job]]\nname = 'j'\nrepeat = 0\nsteps = []",
+            "name = 'x'\nseconds = 1\n[[job]]\nname = 'j'\nrepeat = 0\nsteps = []",
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'write' }]",
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'teleport' }]",
             "name = 'x'\n[[job]]\nname = 'j'\nclones = 0\nsteps = []",
