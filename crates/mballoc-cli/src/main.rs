@@ -452,7 +452,7 @@ fn finish(report: &Report, out: &Output) -> Result<()> {
 
 /// A user's workload (TOML or trace) on every chosen backend.
 fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
-    let (w, streams, names): (Workload, Vec<StreamSpec>, Vec<String>) = if text.starts_with("# mballoc trace") {
+    let (w, streams, names): (Workload, Vec<StreamSpec>, Vec<String>) = if Trace::is_trace(text) {
         let t = Trace::parse(text)?;
         let w = Workload {
             name: "trace".into(),
@@ -542,7 +542,7 @@ fn fidelity(
             .iter()
             .map(|f| -> Result<Case> {
                 let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
-                let trace = if text.starts_with("# mballoc trace") {
+                let trace = if Trace::is_trace(&text) {
                     Trace::parse(&text)?
                 } else {
                     Trace::from_workload(&Workload::from_toml(&text)?, 10_000_000)?

@@ -280,6 +280,9 @@ fn an_oversized_prealloc_table_is_rejected() {
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 4096).unwrap());
     cfg.normalization = Normalization::Table(PreallocTable::lustre_default());
     assert!(matches!(Fs::new(cfg).err(), Some(FsError::InvalidConfig(_))));
+    let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 4096).unwrap());
+    cfg.flex_groups = 3;
+    assert!(matches!(Fs::new(cfg).err(), Some(FsError::Alloc(mballoc::Error::InvalidGeometry(_)))));
 }
 
 #[test]

@@ -327,9 +327,8 @@ impl KernelTrace {
         Ok(out)
     }
 
-    /// Requests and what they got, in order: `(request, allocated, how)`
-    /// where `how` is the pass's name, `"preallocation"`, or empty if the
-    /// trace lacks the event.
+    /// Requests and what they got, in order; `how` is the pass's name,
+    /// `"goal"`, `"preallocation"`, or empty if the trace lacks the event.
     pub fn requests(&self) -> Vec<KernelRequest> {
         let mut out: Vec<KernelRequest> = Vec::new();
         let mut open: Option<usize> = None;

@@ -88,6 +88,13 @@ impl Trace {
         Ok(())
     }
 
+    /// Whether `text` is a trace (it opens with the trace header of any
+    /// version, so that another version gets the trace parser's error), not
+    /// a TOML workload.
+    pub fn is_trace(text: &str) -> bool {
+        text.starts_with("# mballoc trace")
+    }
+
     /// Parse the text form.
     pub fn parse(text: &str) -> Result<Trace, WorkloadError> {
         let err = |line: usize, why: String| WorkloadError::Trace { line, why };

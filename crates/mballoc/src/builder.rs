@@ -81,7 +81,7 @@ impl AllocatorBuilder {
         self.tunables.mb_group_prealloc = self.tunables.mb_group_prealloc.min(geo.blocks_per_group());
         self.tunables.validate(geo.blocks_per_group())?;
         if !self.flex_groups.is_power_of_two() {
-            return Err(Error::InvalidRequest("flex groups must be a power of two"));
+            return Err(Error::InvalidGeometry(format!("flex groups {} is not a power of two", self.flex_groups)));
         }
         let mut reserved = Vec::with_capacity(self.reserved.len());
         for &(start, len) in &self.reserved {

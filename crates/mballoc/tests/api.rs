@@ -28,6 +28,7 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     assert!(matches!(a.allocate(&AllocRequest::new(8).goal_only(e.start)), Err(Error::NoSpace { .. })));
     assert_eq!(snapshot(&a), before);
     a.check_consistency().unwrap();
+    assert!(matches!(Allocator::builder(geo).flex_groups(3).build(), Err(Error::InvalidGeometry(_))));
 }
 
 #[test]

@@ -183,9 +183,6 @@ impl Fs {
                 )));
             }
         }
-        if !cfg.flex_groups.is_power_of_two() {
-            return Err(FsError::InvalidConfig(format!("flex_groups {} is not a power of two", cfg.flex_groups)));
-        }
         let mut b = Allocator::builder(cfg.geometry)
             .tunables(cfg.tunables)
             .concurrency(cfg.concurrency)

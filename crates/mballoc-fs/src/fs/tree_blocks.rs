@@ -80,9 +80,6 @@ impl Fs {
     /// Release freed tree blocks to the running transaction.
     #[inline(always)]
     pub(super) fn release_tree_blocks(&self, blocks: Vec<u64>) {
-        if blocks.is_empty() {
-            return;
-        }
         for b in blocks {
             self.defer_free(b, 1);
             self.space.release(1);

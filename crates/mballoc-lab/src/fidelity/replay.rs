@@ -205,8 +205,10 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
     Ok(r)
 }
 
+/// A pass index as [`ReplayReport::pass_hits`] numbers them: the
+/// criteria, then the goal.
 fn names(i: usize) -> &'static str {
-    ["CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_BEST_AVAIL_LEN", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE", "goal"][i]
+    mballoc::Criterion::ALL.get(i).map_or("goal", |c| c.kernel_name())
 }
 
 /// Mark `[b, b + n)` used, skipping blocks already used (a trace that

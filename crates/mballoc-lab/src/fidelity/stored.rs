@@ -47,13 +47,19 @@ enum StoredImage {
     Expanded(Image),
 }
 
-impl StoredRun {
-    /// The pristine image.
-    pub fn image(&self) -> &Path {
-        match &self.image {
+impl StoredImage {
+    fn path(&self) -> &Path {
+        match self {
             StoredImage::Raw(p) => p,
             StoredImage::Expanded(i) => i.path(),
         }
+    }
+}
+
+impl StoredRun {
+    /// The pristine image.
+    pub fn image(&self) -> &Path {
+        self.image.path()
     }
 
     /// Run the operations on the engine loaded from the pristine image,
@@ -164,11 +170,8 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
         StoredImage::Expanded(Image::from_qcow2(&path_for(dir, name, "qcow2"))?)
     };
     let total_blocks = {
-        let p = match &image {
-            StoredImage::Raw(p) => p.clone(),
-            StoredImage::Expanded(i) => i.path().to_path_buf(),
-        };
-        let src = mballoc_ext4::FileSource::open(&p).map_err(|e| LabError::io(p.display().to_string(), e))?;
+        let p = image.path();
+        let src = mballoc_ext4::FileSource::open(p).map_err(|e| LabError::io(p.display().to_string(), e))?;
         mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?.superblock().blocks_count
     };
     let kernel = Side {
