@@ -57,6 +57,9 @@ pub struct FileCache {
     pub folios: BTreeMap<u64, Folio>,
     /// Dirty blocks across the folios.
     pub dirty_blocks: u64,
+    /// A content change time not yet in the tree (writes do not journal
+    /// their times; fsync, close and sync do).
+    pub mtime: Option<i64>,
 }
 
 impl FileCache {

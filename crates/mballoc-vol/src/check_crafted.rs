@@ -206,16 +206,19 @@ fn two_valid_inodes_claiming_one_block_refuse_repair() {
     let sb = superblock(&dev);
     let table = sb.offset(sb.itable_start);
     let mut rec = vec![0u8; INODE_BYTES];
-    dev.read_at(table, &mut rec).unwrap();
-    let mut r = InodeRecord::decode(sb.seed(), 0, &rec, sb.itable_start).unwrap().expect("slot 0 in use");
+    // Slot 0 holds the root directory, slot 1 the file.
+    dev.read_at(table + INODE_BYTES as u64, &mut rec).unwrap();
+    let mut r = InodeRecord::decode(sb.seed(), 1, &rec, sb.itable_start).unwrap().expect("slot 1 in use");
+    assert_eq!(r.ino, f.0);
     r.ino += 1;
+    r.attr.as_mut().expect("named").name = b"copy".to_vec();
     let mut copy = vec![0u8; INODE_BYTES];
-    r.encode(sb.seed(), 1, &mut copy);
-    dev.write_at(table + INODE_BYTES as u64, &copy).unwrap();
+    r.encode(sb.seed(), 2, &mut copy);
+    dev.write_at(table + 2 * INODE_BYTES as u64, &copy).unwrap();
     mount_refused(&dev);
     repair_refused(&dev);
     // The original is still there, whole, once the copy is gone.
-    dev.write_at(table + INODE_BYTES as u64, &vec![0u8; INODE_BYTES]).unwrap();
+    dev.write_at(table + 2 * INODE_BYTES as u64, &vec![0u8; INODE_BYTES]).unwrap();
     assert_eq!(contents(&mount(&dev).unwrap(), f), vec![7; 5000]);
 }
 
@@ -262,11 +265,13 @@ fn an_inode_larger_than_the_largest_file_is_refused() {
     let sb = superblock(&dev);
     let table = sb.offset(sb.itable_start);
     let mut rec = vec![0u8; INODE_BYTES];
-    dev.read_at(table, &mut rec).unwrap();
-    let mut r = InodeRecord::decode(sb.seed(), 0, &rec, sb.itable_start).unwrap().unwrap();
+    let at = table + INODE_BYTES as u64; // slot 1: the file, after the root
+    dev.read_at(at, &mut rec).unwrap();
+    let mut r = InodeRecord::decode(sb.seed(), 1, &rec, sb.itable_start).unwrap().unwrap();
+    assert_eq!(r.ino, f.0);
     r.size = sb.max_file_size() + 1;
-    r.encode(sb.seed(), 0, &mut rec);
-    dev.write_at(table, &rec).unwrap();
+    r.encode(sb.seed(), 1, &mut rec);
+    dev.write_at(at, &rec).unwrap();
     mount_refused(&dev);
     assert!(!check(&*dev, Repair::No).unwrap().is_clean());
 }

@@ -80,6 +80,62 @@ pub enum VolError {
         what: &'static str,
     },
 
+    /// A volume of another format version.
+    #[error("{}", version_text(*found, *supported))]
+    Version {
+        /// The volume's format version.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+
+    /// A name the directory does not hold.
+    #[error("no entry {name:?} in directory {dir}")]
+    NoEntry {
+        /// The directory's inode number.
+        dir: u64,
+        /// The name looked up.
+        name: String,
+    },
+
+    /// A name the directory already holds.
+    #[error("directory {dir} already holds {name:?}")]
+    Exists {
+        /// The directory's inode number.
+        dir: u64,
+        /// The name.
+        name: String,
+    },
+
+    /// An inode number no live file or directory has.
+    #[error("no inode {0}")]
+    NoInode(u64),
+
+    /// A directory operation on something that is not one.
+    #[error("inode {0} is not a directory")]
+    NotADirectory(u64),
+
+    /// A file operation on a directory.
+    #[error("inode {0} is a directory")]
+    IsADirectory(u64),
+
+    /// `rmdir`, or a rename over a directory, that still holds entries.
+    #[error("directory {0} is not empty")]
+    NotEmpty(u64),
+
+    /// A name that is empty, `.`, `..`, holds `/` or NUL, or is too long.
+    #[error("invalid name {name:?}: {why}")]
+    InvalidName {
+        /// The name, lossily.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+
+    /// A rename that would move a directory under itself.
+    #[error("cannot move directory {0} inside itself")]
+    Loop(u64),
+
     /// The volume is mounted read-only (by request, or after a failed
     /// commit).
     #[error("volume is read-only")]
@@ -107,3 +163,14 @@ impl VolError {
 
 /// Shorthand used across the crate.
 pub type Result<T> = std::result::Result<T, VolError>;
+
+fn version_text(found: u32, supported: u32) -> String {
+    if found < supported {
+        format!(
+            "volume format version {found} has no directory tree; this build reads version {supported} \
+             (copy the files out with an older build and make a new volume with `mballoc mkfs`)"
+        )
+    } else {
+        format!("volume format version {found} is newer than this build's {supported}")
+    }
+}

@@ -7,16 +7,23 @@ use crate::error::{Result, VolError};
 
 /// `s_magic`: "MBVL".
 pub const MAGIC: u32 = 0x4C56_424D;
-/// Format version.
-pub const VERSION: u32 = 1;
+/// Format version: 2 added the directory tree (names and attributes in
+/// the second half of each inode record).
+pub const VERSION: u32 = 2;
 /// The unit a device writes whole or not at all.
 pub const SECTOR: usize = 512;
 /// Bytes of the superblock that carry fields (the rest of block 0 is zero).
 pub const SUPERBLOCK_BYTES: usize = 512;
 /// Bytes per group descriptor.
 pub const DESC_BYTES: usize = 32;
-/// Bytes per inode record.
-pub const INODE_BYTES: usize = 256;
+/// Bytes per inode record: the extent root in the first half, the name
+/// and attributes in the second. One sector, so a torn write of an
+/// inode-table block leaves every record whole.
+pub const INODE_BYTES: usize = 512;
+/// The root directory's inode number (the engine numbers files from 12).
+pub const ROOT_INO: u64 = 1;
+/// Longest name a directory entry holds, in bytes.
+pub const NAME_MAX: usize = 202;
 /// Extent or index entries kept in the inode itself.
 pub const ROOT_ENTRIES: usize = 13;
 /// Bytes per extent or index entry.
@@ -289,7 +296,7 @@ impl Superblock {
             return Err(VolError::Checksum { structure: "superblock", block: 0 });
         }
         if get32(b, 4) != VERSION {
-            return Err(VolError::corrupt("superblock", 0, format!("unknown version {}", get32(b, 4))));
+            return Err(VolError::Version { found: get32(b, 4), supported: VERSION });
         }
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(&b[88..104]);

@@ -12,7 +12,7 @@
 use crate::device::Device;
 use crate::error::{Result, VolError};
 use crate::format::{
-    Extent, Superblock, VolumeState, DESC_BYTES, INODE_BYTES, MAX_ENTRY_LEN, MAX_LOGICAL, ROOT_ENTRIES,
+    Extent, Superblock, VolumeState, DESC_BYTES, INODE_BYTES, MAX_ENTRY_LEN, MAX_LOGICAL, ROOT_ENTRIES, ROOT_INO,
 };
 use crate::records::{bitmap_crc, check_order, Entry, GroupDesc, InodeRecord, Node};
 use crate::state::{Apply, FileState, State};
@@ -199,7 +199,16 @@ fn flush(dev: &dyn Device) -> Result<()> {
 }
 
 impl Home {
-    /// A freshly formatted volume.
+    /// A freshly formatted volume: the root directory, made at `now`.
+    pub fn formatted(sb: Superblock, now: i64) -> Home {
+        let mut home = Home::empty(sb);
+        let root = FileState { attr: Some(crate::names::Attr::root(now)), ..FileState::default() };
+        home.state.files.insert(ROOT_INO, root);
+        home.state.dirty_files.insert(ROOT_INO);
+        home
+    }
+
+    /// No files at all: where reading a volume starts.
     pub fn empty(sb: Superblock) -> Home {
         let state = State::new(sb.total_blocks, sb.blocks_per_group, sb.data_start);
         let zone = vec![0; (sb.tree_blocks as usize).div_ceil(64)];
@@ -324,6 +333,7 @@ impl Home {
                     extents: extents.iter().map(|e| (e.logical, (e.physical, e.len, e.unwritten))).collect(),
                     slot: Some(slot),
                     tree: nodes.clone(),
+                    attr: rec.attr.clone(),
                 };
                 match home.state.load_file(rec.ino, f, how) {
                     Ok(()) => {
@@ -356,8 +366,16 @@ impl Home {
         let total = journal.found.len();
         for (k, tx) in journal.found.iter().enumerate() {
             let block = sb.log_start + tx.at;
-            if let Err(d) = tx.changes.iter().try_for_each(|c| home.state.replay(c, sb.inode_count, sb.max_file_size()))
-            {
+            let applied = tx.changes.iter().try_for_each(|c| home.state.replay_record(c, sb.max_file_size()));
+            // Only the end of the journal must fit the inode slots: while
+            // a checkpoint cut short leaves the home state ahead, files it
+            // already holds are made again by the transactions before it.
+            let files = home.state.files.len();
+            let applied = applied.and_then(|()| match k + 1 == total && files > sb.inode_count as usize {
+                true => Err(format!("replay ends with {files} files for {} inode slots", sb.inode_count)),
+                false => Ok(()),
+            });
+            if let Err(d) = applied {
                 // A transaction that passes its checksums but cannot apply
                 // is proven bad; the ones before it stand. Intact ones
                 // after it would be lost: no repair then.
@@ -368,7 +386,7 @@ impl Home {
                     for t in &journal.found[..k] {
                         t.changes
                             .iter()
-                            .try_for_each(|c| home.state.replay(c, sb.inode_count, sb.max_file_size()))
+                            .try_for_each(|c| home.state.replay_record(c, sb.max_file_size()))
                             .expect("a transaction that applied once applies again");
                     }
                 }
@@ -380,6 +398,14 @@ impl Home {
         }
         if let Some(d) = &journal.damage {
             note(VolError::corrupt("journal", d.block, d.detail.clone()), d.followed)?;
+        }
+        // The names: one tree from the root. Valid inodes that name each
+        // other wrongly cannot be put right without guessing.
+        let named = home.state.files.iter().filter_map(|(&i, f)| f.attr.clone().map(|a| (i, a))).collect();
+        if let Err(found) = crate::names::Tree::build(named) {
+            for p in found {
+                note(VolError::corrupt("directory tree", sb.itable_start, p), true)?;
+            }
         }
         // What is stored against what the files say.
         let mut stale_groups = Vec::new();
@@ -745,7 +771,7 @@ impl Home {
                         s
                     }
                 };
-                self.records.insert(slot, InodeRecord { ino, size: f.size, depth, root });
+                self.records.insert(slot, InodeRecord { ino, size: f.size, depth, root, attr: f.attr.clone() });
                 itable.insert(slot as usize / per_inode_block);
             }
             flush(dev)?;

@@ -91,6 +91,8 @@ mod format;
 mod home;
 mod log;
 mod mkfs;
+mod names;
+mod namespace;
 mod probe;
 mod records;
 mod state;
@@ -100,11 +102,13 @@ mod wal;
 pub use check::{check, CheckReport, Repair};
 pub use device::{Device, FileDevice, MemDevice, OpenMode};
 pub use error::{Result, VolError};
-pub use format::{FormatOptions, Superblock, VolumeState};
+pub use format::{FormatOptions, Superblock, VolumeState, NAME_MAX, ROOT_INO};
 pub use mballoc_fs::{
     Concurrency, ExtentState, FallocateMode, FileId, FsConfig, FsError, MappedExtent, Normalization, PreallocTable,
     StreamPlacement,
 };
 pub use mkfs::{mkfs, Overwrite};
+pub use names::{Attr, S_IFDIR, S_IFMT, S_IFREG};
+pub use namespace::{DirEntry, Owner, Replace, SetAttr, Usage};
 pub use probe::probe;
 pub use volume::{Access, MountOptions, Volume, VolumeStats};

@@ -70,7 +70,8 @@ impl Log {
         let (bs, log_blocks) = (sb.block_size as usize, u64::from(sb.log_blocks));
         for range in payload.chunks(bs, log_blocks) {
             let chunk = &payload.bytes()[range.clone()];
-            let changes = wal::decode(chunk).expect("an encoded transaction decodes");
+            let records = wal::decode(chunk).expect("an encoded transaction decodes");
+            let changes: Vec<Change> = records.iter().filter_map(|r| r.change().copied()).collect();
             let blocks = wal::blocks_for(chunk.len(), bs);
             if home.head + blocks > log_blocks {
                 self.checkpoint(&mut home, VolumeState::Mounted)?;
@@ -91,12 +92,12 @@ impl Log {
             let at = sb.log_start + home.head;
             self.dev.write_at(sb.offset(at), &tx).map_err(|e| VolError::io("writing the journal", e))?;
             self.flush()?;
-            for c in &changes {
-                if let Err(e) = home.state.apply(c) {
-                    panic!("committed change {c:?} does not follow the committed state: {e}");
+            for r in &records {
+                if let Err(e) = home.state.apply_record(r) {
+                    panic!("committed record {r:?} does not follow the committed state: {e}");
                 }
             }
-            let mut inos: Vec<u64> = changes.iter().map(Change::ino).collect();
+            let mut inos: Vec<u64> = records.iter().map(wal::Record::ino).collect();
             inos.sort_unstable();
             inos.dedup();
             home.refresh_budget(inos);
@@ -117,6 +118,13 @@ impl Log {
     /// journal aborted.
     pub(crate) fn failure(&self) -> VolError {
         self.failure.lock().take().unwrap_or(VolError::ReadOnly)
+    }
+}
+
+impl Log {
+    /// Journal an inode's name and attributes.
+    pub(crate) fn record_attr(&self, ino: u64, attr: &crate::names::Attr) {
+        self.running.lock().push_attr(ino, attr);
     }
 }
 

@@ -9,6 +9,7 @@ use crate::format::{
     Extent, DESC_BYTES, ENTRY_BYTES, INODE_BYTES, INODE_MAGIC, MAX_DEPTH, MAX_ENTRY_LEN, MAX_LOGICAL, NODE_HEADER,
     NODE_MAGIC, ROOT_ENTRIES,
 };
+use crate::names::Attr;
 
 /// One group's descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,7 +95,8 @@ impl Entry {
     }
 }
 
-/// An inode record: a file's number, size and the root of its extent tree.
+/// An inode record: a file's number, size and the root of its extent
+/// tree, then its name and attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InodeRecord {
     pub ino: u64,
@@ -103,6 +105,7 @@ pub struct InodeRecord {
     /// depth `depth - 1`.
     pub depth: u16,
     pub root: Vec<Entry>,
+    pub attr: Option<Attr>,
 }
 
 impl InodeRecord {
@@ -117,6 +120,9 @@ impl InodeRecord {
         put64(out, 16, self.size);
         for (i, e) in self.root.iter().enumerate() {
             e.encode(&mut out[32 + i * ENTRY_BYTES..32 + (i + 1) * ENTRY_BYTES]);
+        }
+        if let Some(a) = &self.attr {
+            a.encode_into(out);
         }
         let crc = slot_crc(seed, slot, out);
         put32(out, INODE_BYTES - 4, crc);
@@ -144,7 +150,11 @@ impl InodeRecord {
             return bad(format!("inode number {ino}"));
         }
         let root = (0..n).map(|i| Entry::decode(&b[32 + i * ENTRY_BYTES..], depth == 0)).collect();
-        Ok(Some(InodeRecord { ino, size: get64(b, 16), depth, root }))
+        let attr = match Attr::decode_from(b) {
+            Ok(a) => a,
+            Err(d) => return bad(d),
+        };
+        Ok(Some(InodeRecord { ino, size: get64(b, 16), depth, root, attr }))
     }
 }
 
@@ -240,7 +250,8 @@ mod tests {
     #[test]
     fn inode_and_node_round_trip() {
         let e = Extent { logical: 5, physical: 900, len: 3, unwritten: true };
-        let rec = InodeRecord { ino: 12, size: 4096 * 8, depth: 0, root: vec![Entry::Leaf(e)] };
+        let attr = Attr { parent: 1, mode: 0o100_600, name: b"data".to_vec(), ..Attr::default() };
+        let rec = InodeRecord { ino: 12, size: 4096 * 8, depth: 0, root: vec![Entry::Leaf(e)], attr: Some(attr) };
         let mut b = vec![0u8; INODE_BYTES];
         rec.encode(1, 3, &mut b);
         assert_eq!(InodeRecord::decode(1, 3, &b, 9).unwrap(), Some(rec));

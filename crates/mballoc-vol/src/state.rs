@@ -5,6 +5,8 @@
 //! preallocations, uncommitted changes); the two meet at each commit.
 
 use crate::format::{Extent, MAX_ENTRY_LEN, MAX_LOGICAL};
+use crate::names::Attr;
+use crate::wal::Record;
 use mballoc_fs::IdMap;
 use mballoc_fs::{Change, ExtentState};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -19,6 +21,9 @@ pub struct FileState {
     pub slot: Option<u32>,
     /// The tree blocks its on-disk inode points at.
     pub tree: Vec<u64>,
+    /// Its name and attributes; `None` between the engine's create and
+    /// the name's record.
+    pub attr: Option<Attr>,
 }
 
 impl FileState {
@@ -281,25 +286,44 @@ impl State {
         self.apply_as(c, Apply::Live)
     }
 
+    /// Apply one journal record made live ([`State::apply`] for an engine
+    /// change; an inode's attributes replace its old ones).
+    pub fn apply_record(&mut self, r: &Record) -> Result<(), String> {
+        match r {
+            Record::File(c) => self.apply(c),
+            Record::Attr { ino, attr } => {
+                self.file(*ino)?.attr = Some(attr.clone());
+                self.dirty_files.insert(*ino);
+                Ok(())
+            }
+        }
+    }
+
+    /// Apply one record read back from the journal ([`State::replay`]).
+    pub fn replay_record(&mut self, r: &Record, max_size: u64) -> Result<(), String> {
+        match r {
+            Record::File(c) => self.replay(c, max_size),
+            Record::Attr { ino, .. } => {
+                self.files.entry(*ino).or_default();
+                self.apply_record(r)
+            }
+        }
+    }
+
     /// Apply one change read back from the journal. The home state may be
     /// ahead of the change (a checkpoint was cut short after writing some
     /// files), so a change about a file that is gone recreates it, and
     /// blocks another file holds move to this one: in both cases a later
     /// change in the journal brings the other file back to where the home
-    /// state had it. An error means the change is impossible on any state
-    /// (outside the data area, a size past the largest file, more files
-    /// than `inode_slots`), and nothing changed.
-    pub fn replay(&mut self, c: &Change, inode_slots: u32, max_size: u64) -> Result<(), String> {
+    /// state had it. For the same reason the file count may pass the inode
+    /// slots in the middle of a replay: only its end is checked. An error
+    /// means the change is impossible on any state (outside the data
+    /// area, a size past the largest file), and nothing changed.
+    pub fn replay(&mut self, c: &Change, max_size: u64) -> Result<(), String> {
         if let Change::Size { size, .. } = *c {
             if size > max_size {
                 return Err(format!("size {size} passes the largest file of {max_size} bytes"));
             }
-        }
-        if !self.files.contains_key(&c.ino())
-            && !matches!(c, Change::Unlink { .. })
-            && self.files.len() >= inode_slots as usize
-        {
-            return Err(format!("inode {} would be file {} of {inode_slots} slots", c.ino(), self.files.len() + 1));
         }
         self.apply_as(c, Apply::Replay)
     }
@@ -316,7 +340,9 @@ impl State {
             Change::Create { .. } => {
                 if self.files.contains_key(&ino) {
                     self.unmap(ino, 0, u64::MAX)?;
-                    self.file(ino)?.size = 0;
+                    let f = self.file(ino)?;
+                    f.size = 0;
+                    f.attr = None;
                 } else {
                     self.files.entry(ino).or_default();
                 }
@@ -428,7 +454,7 @@ mod tests {
         // written by a checkpoint that was then cut short) changes nothing,
         // though block 202 moves from 13 to 12 and back on the way.
         for c in &changes {
-            s.replay(c, 64, u64::MAX).unwrap();
+            s.replay(c, u64::MAX).unwrap();
         }
         assert_eq!((s.files.clone(), s.bitmaps.clone(), s.free), once);
         assert_eq!(s.files[&12].extents.len(), 3);
@@ -440,6 +466,6 @@ mod tests {
         assert!(s.apply(&Change::Size { ino: 99, size: 1 }).is_err());
         // Metadata is never handed to a file, replaying or not.
         let meta = Change::Map { ino: 13, logical: 9, physical: 50, len: 1, state: ExtentState::Unwritten };
-        assert!(s.replay(&meta, 64, u64::MAX).is_err());
+        assert!(s.replay(&meta, u64::MAX).is_err());
     }
 }

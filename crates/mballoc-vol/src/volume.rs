@@ -11,7 +11,7 @@ use crate::home::{Home, ReadMode, Scan};
 use crate::log::Log;
 use crate::wal;
 use mballoc_fs::{ExtentState, FallocateMode, FileId, Fs, FsConfig, ImportedFile, MappedExtent};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -105,6 +105,8 @@ pub struct Volume {
     pub(crate) data_bytes: AtomicU64,
     pub(crate) data_writes: AtomicU64,
     pub(crate) replayed: u64,
+    /// Names and attributes ([`crate::names`]).
+    pub(crate) tree: RwLock<crate::names::Tree>,
 }
 
 fn uuid() -> [u8; 16] {
@@ -152,7 +154,7 @@ impl Volume {
                 b += k;
             }
         }
-        let mut home = Home::empty(sb.clone());
+        let mut home = Home::formatted(sb.clone(), crate::names::now());
         home.state.dirty_groups = (0..sb.groups).collect();
         home.checkpoint(&*dev, VolumeState::Clean)?;
         Ok(home.sb)
@@ -196,13 +198,22 @@ impl Volume {
         cfg.stream_placement = chosen.stream_placement;
         cfg.dirty_limit_blocks = u64::MAX;
         cfg.commit_interval_ops = opts.commit_interval_ops;
+        // The root is the volume's, not the engine's: it holds no data.
         let files: Vec<ImportedFile> = home
             .state
             .files
             .iter()
+            .filter(|(&ino, _)| ino != crate::format::ROOT_INO)
             .map(|(&ino, f)| ImportedFile { ino, size: f.size, extents: engine_extents(f) })
             .collect();
-        let live = files.len() as u64;
+        let live = home.state.files.len() as u64;
+        let named: mballoc_fs::IdMap<crate::names::Attr> =
+            home.state.files.iter().filter_map(|(&i, f)| f.attr.clone().map(|a| (i, a))).collect();
+        // Inodes a crash caught between the engine's create and the name.
+        let mut nameless: Vec<u64> = home.state.files.keys().filter(|i| !named.contains_key(i)).copied().collect();
+        nameless.sort_unstable();
+        let tree = crate::names::Tree::build(named)
+            .map_err(|p| VolError::corrupt("directory tree", sb.itable_start, p.join("; ")))?;
         let mut fs = Fs::import(cfg, &home.state.bitmaps, files)?;
         let needs_write = replayed > 0 || !stale_groups.is_empty() || stale_counters;
         let log = Arc::new(Log {
@@ -237,7 +248,21 @@ impl Volume {
             data_bytes: AtomicU64::new(0),
             data_writes: AtomicU64::new(0),
             replayed: replayed as u64,
+            tree: RwLock::new(tree),
         })
+        .and_then(|v| v.remove_nameless(&nameless).map(|()| v))
+    }
+
+    /// Unlink inodes no name reaches (read-write mounts only; read-only
+    /// ones just do not show them).
+    fn remove_nameless(&self, inos: &[u64]) -> Result<()> {
+        if self.opts.access == Access::ReadOnly || inos.is_empty() {
+            return Ok(());
+        }
+        for &ino in inos {
+            self.drop_inode(FileId(ino))?;
+        }
+        self.engine(self.fs.try_commit()).map(|_| ())
     }
 
     /// The engine underneath (extent maps, allocator statistics).
@@ -318,16 +343,22 @@ impl Volume {
         self.files.lock().entry(f.0).or_default().clone()
     }
 
-    /// Every live file.
+    /// Every live regular file.
     pub fn files(&self) -> Vec<FileId> {
-        let mut v = self.fs.files();
+        let t = self.tree.read();
+        let mut v: Vec<FileId> = t.attrs.iter().filter(|(_, a)| !a.is_dir()).map(|(&i, _)| FileId(i)).collect();
         v.sort_unstable();
         v
     }
 
-    /// Create an empty file, open once.
+    /// Create an empty file, open once, named by its number in the root
+    /// directory (`13`, or `13.1` if a file already has that name).
     pub fn create(&self) -> Result<FileId> {
-        self.writable()?;
+        self.make(crate::format::ROOT_INO, None, crate::names::S_IFREG | 0o644, crate::namespace::Owner::default())
+    }
+
+    /// An inode from the engine, counted against the inode slots.
+    pub(crate) fn create_inode(&self) -> Result<FileId> {
         let n = self.live_files.fetch_add(1, Ordering::AcqRel);
         if n >= u64::from(self.sb.inode_count) {
             self.live_files.fetch_sub(1, Ordering::AcqRel);
@@ -346,6 +377,7 @@ impl Volume {
 
     /// Close a handle; the last close gives back the file's preallocations.
     pub fn close(&self, f: FileId) -> Result<()> {
+        self.settle_times(f.0);
         Ok(self.fs.close(f)?)
     }
 
@@ -371,9 +403,14 @@ impl Volume {
         self.engine(self.fs.fallocate(f, offset, len, mode))
     }
 
-    /// Remove the file and its cached data.
+    /// Remove the file (or empty directory) and its cached data.
     pub fn unlink(&self, f: FileId) -> Result<()> {
-        self.writable()?;
+        self.remove_inode(f.0)
+    }
+
+    /// The engine's unlink, and the file's cache dropped; the caller holds
+    /// the tree.
+    pub(crate) fn drop_inode(&self, f: FileId) -> Result<()> {
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
         self.fs.unlink(f)?;
@@ -390,6 +427,7 @@ impl Volume {
     /// folios, then commit the journal (which flushes the data first).
     pub fn fsync(&self, f: FileId) -> Result<()> {
         self.writable()?;
+        self.settle_times(f.0);
         {
             let cache = self.cache_of(f);
             let mut fc = cache.lock();
@@ -411,6 +449,9 @@ impl Volume {
     /// Write back every file and commit.
     pub fn sync(&self) -> Result<()> {
         self.writable()?;
+        for (ino, _) in self.caches() {
+            self.settle_times(ino);
+        }
         for (ino, c) in self.caches() {
             let mut fc = c.lock();
             match self.writeback_locked(FileId(ino), &mut fc) {

@@ -13,7 +13,41 @@ use crate::codec::{get32, get64, put32, put64};
 use crate::device::Device;
 use crate::error::{Result, VolError};
 use crate::format::Superblock;
+use crate::names::{Attr, ATTR_FIXED, ATTR_TAG};
 use mballoc_fs::{Change, ExtentState};
+
+/// One journal record: a change the engine made to a file, or an inode's
+/// new name and attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// From the engine.
+    File(Change),
+    /// From the directory tree ([`crate::names`]).
+    Attr {
+        /// The inode.
+        ino: u64,
+        /// All of its attributes, its name and parent among them.
+        attr: Attr,
+    },
+}
+
+impl Record {
+    /// The inode the record is about.
+    pub fn ino(&self) -> u64 {
+        match self {
+            Record::File(c) => c.ino(),
+            Record::Attr { ino, .. } => *ino,
+        }
+    }
+
+    /// The engine's change, if it is one.
+    pub fn change(&self) -> Option<&Change> {
+        match self {
+            Record::File(c) => Some(c),
+            Record::Attr { .. } => None,
+        }
+    }
+}
 
 const TX_MAGIC: u32 = 0x4E58_5442;
 const COMMIT_MAGIC: u32 = 0x544D_4F43;
@@ -53,10 +87,20 @@ fn fields(tag: u8) -> Option<usize> {
 }
 
 /// Decode a payload. An error names the byte where decoding stopped.
-pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Change>, String> {
+pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Record>, String> {
     let mut out = Vec::new();
     let total = b.len();
     while let Some((&tag, rest)) = b.split_first() {
+        if tag == ATTR_TAG {
+            let at = total - b.len();
+            let (ino, attr, n) = Attr::decode_record(rest).map_err(|e| format!("{e} at byte {at}"))?;
+            if ino == 0 || ino > u64::from(u32::MAX) {
+                return Err(format!("record for inode {ino} at byte {at}"));
+            }
+            out.push(Record::Attr { ino, attr });
+            b = &rest[n..];
+            continue;
+        }
         let Some(n) = fields(tag) else {
             return Err(format!("unknown record tag {tag} at byte {}", total - b.len()));
         };
@@ -67,7 +111,7 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Change>, String> {
         if x(0) == 0 || x(0) > u64::from(u32::MAX) {
             return Err(format!("record for inode {} at byte {}", x(0), total - b.len()));
         }
-        out.push(match tag {
+        let change = match tag {
             1 => Change::Create { ino: x(0) },
             2 => Change::Unlink { ino: x(0) },
             3 => Change::Size { ino: x(0), size: x(1) },
@@ -83,17 +127,18 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Change>, String> {
             }
             6 => Change::Unmap { ino: x(0), first: x(1), end: x(2) },
             _ => Change::Written { ino: x(0), first: x(1), end: x(2) },
-        });
-        if let Change::Map { len: 0, .. } = out[out.len() - 1] {
+        };
+        if let Change::Map { len: 0, .. } = change {
             return Err(format!("empty extent at byte {}", total - b.len()));
         }
+        out.push(Record::File(change));
         b = &rest[n * 8..];
     }
     Ok(out)
 }
 
 /// The largest record, so that a chunk boundary can always be found.
-const MAX_RECORD: usize = 1 + 4 * 8;
+const MAX_RECORD: usize = 1 + ATTR_FIXED + crate::format::NAME_MAX;
 
 /// Blocks a transaction with `payload` bytes takes.
 pub fn blocks_for(payload: usize, block_size: usize) -> u64 {
@@ -122,6 +167,11 @@ impl Running {
         if changes.len() > 1 {
             self.groups.push((start, self.bytes.len()));
         }
+    }
+
+    /// Append an inode's attributes.
+    pub fn push_attr(&mut self, ino: u64, attr: &Attr) {
+        attr.encode_record(ino, &mut self.bytes);
     }
 
     /// Nothing recorded.
@@ -180,7 +230,11 @@ impl Running {
 fn record_boundary(bytes: &[u8], from: usize, limit: usize) -> usize {
     let mut at = from;
     loop {
-        let n = 1 + 8 * fields(bytes[at]).expect("a payload this crate encoded");
+        let n = if bytes[at] == ATTR_TAG {
+            1 + ATTR_FIXED + get64(bytes, at + 1 + 7 * 8) as usize
+        } else {
+            1 + 8 * fields(bytes[at]).expect("a payload this crate encoded")
+        };
         if at + n > limit {
             return at;
         }
@@ -222,8 +276,8 @@ pub struct Found {
     pub at: u64,
     /// Blocks it takes.
     pub blocks: u64,
-    /// Its changes, in order.
-    pub changes: Vec<Change>,
+    /// Its records, in order.
+    pub changes: Vec<Record>,
 }
 
 /// What reading the journal found: the committed transactions to replay,
@@ -352,7 +406,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_chunk_at_boundaries() {
-        let cs = vec![
+        let cs = [
             Change::Create { ino: 12 },
             Change::Map { ino: 12, logical: 3, physical: 99, len: 7, state: ExtentState::Unwritten },
             Change::Written { ino: 12, first: 3, end: 5 },
@@ -362,8 +416,17 @@ mod tests {
         ];
         let mut b = Vec::new();
         cs.iter().for_each(|c| encode(c, &mut b));
-        assert_eq!(decode(&b).unwrap(), cs);
+        let named = crate::names::Attr { parent: 1, mode: 0o100_644, name: b"f".to_vec(), ..Default::default() };
+        named.encode_record(12, &mut b);
+        let mut want: Vec<Record> = cs.iter().map(|&c| Record::File(c)).collect();
+        want.push(Record::Attr { ino: 12, attr: named });
+        assert_eq!(decode(&b).unwrap(), want);
         assert!(decode(&b[..b.len() - 1]).is_err());
+        assert_eq!(
+            record_boundary(&b, 0, b.len() - 1),
+            b.len() - (1 + ATTR_FIXED + 1),
+            "attribute records have a length"
+        );
         let mut many = Running::default();
         for i in 0..2000 {
             many.push(&[Change::Size { ino: 12, size: i }]);
@@ -379,7 +442,7 @@ mod tests {
         many.restore_before(parts[1].start, &mut later);
         let back = decode(later.bytes()).unwrap();
         assert_eq!(back.len(), 2000 - parts[0].len() / 17 + 1);
-        assert_eq!(back.last(), Some(&Change::Create { ino: 99 }));
+        assert_eq!(back.last(), Some(&Record::File(Change::Create { ino: 99 })));
         assert_eq!(later.chunks(1024, 8)[0], 0..parts[1].len());
     }
 
@@ -397,8 +460,8 @@ mod tests {
             let changes = decode(&r.bytes()[part]).unwrap();
             // Every Unmap of inode 12 is followed by its Size in the same piece.
             for (i, c) in changes.iter().enumerate() {
-                if matches!(c, Change::Unmap { .. }) {
-                    assert_eq!(changes.get(i + 1), Some(&pair[1]));
+                if matches!(c, Record::File(Change::Unmap { .. })) {
+                    assert_eq!(changes.get(i + 1), Some(&Record::File(pair[1])));
                 }
             }
         }
