@@ -1,4 +1,4 @@
-//! `mballoc inspect`: reports on an ext4 image.
+//! `mballoc inspect`: reports on an ext4 image or an mballoc volume.
 
 use anyhow::Result;
 use mballoc::report::FreeSpaceHistogram;
@@ -66,4 +66,70 @@ pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path) -> Result<String> 
     })?;
     writeln!(o, "Free: {free} blocks in {runs} extents (from the bitmaps)")?;
     Ok(o)
+}
+
+/// What `inspect` prints for a volume of our own format: the same reports
+/// as for an ext4 image, from the committed state (a read-only mount, which
+/// replays the journal in memory and writes nothing).
+pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Result<String> {
+    use mballoc_vol::{Access, FileDevice, MountOptions, OpenMode};
+    let dev = FileDevice::open(image, OpenMode::ReadOnly)?;
+    let vol = mballoc_vol::Volume::open(
+        std::sync::Arc::new(dev),
+        MountOptions { access: Access::ReadOnly, ..MountOptions::default() },
+    )?;
+    let sb = vol.superblock();
+    let alloc = vol.fs().allocator();
+    let mut o = String::new();
+    if !(freefrag || groups || files) {
+        writeln!(o, "Volume: {} (mballoc format)", image.display())?;
+        writeln!(o, "Block size: {} bytes", sb.block_size)?;
+        writeln!(o, "Blocks: {} ({} free)", sb.total_blocks, alloc.free_blocks())?;
+        writeln!(o, "Groups: {} of {} blocks", sb.groups, sb.blocks_per_group)?;
+        let files = vol.files();
+        let extents: u64 = files.iter().map(|&f| filefrag_of(&vol, f)).sum::<Result<u64>>()?;
+        writeln!(o, "Files: {} regular ({} extents as filefrag counts)", files.len(), extents)?;
+        let (mut runs, mut free) = (0u64, 0u64);
+        alloc.for_each_free_extent(|_, len| {
+            runs += 1;
+            free += len;
+        });
+        writeln!(o, "Free: {free} blocks in {runs} extents")?;
+    }
+    if freefrag {
+        let mut h = FreeSpaceHistogram::new(sb.block_size, sb.total_blocks, alloc.free_blocks());
+        alloc.for_each_free_extent(|_, len| h.add(len));
+        o.push_str(&h.render(&image.display().to_string()));
+    }
+    if groups {
+        o.push_str(&alloc.mb_groups_report());
+    }
+    if files {
+        let mut stack = vec![(vol.root(), String::new())];
+        while let Some((dir, prefix)) = stack.pop() {
+            for e in vol.read_dir(dir)? {
+                let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
+                if e.is_dir {
+                    stack.push((e.ino, path));
+                } else {
+                    let n = filefrag_of(&vol, mballoc_fs::FileId(e.ino))?;
+                    writeln!(o, "{path}: {n} extent{} found", if n == 1 { "" } else { "s" })?;
+                }
+            }
+        }
+    }
+    Ok(o)
+}
+
+fn filefrag_of(vol: &mballoc_vol::Volume, f: mballoc_fs::FileId) -> Result<u64> {
+    let ext = vol.extents(f)?;
+    Ok(mballoc_ext4::filefrag_count(ext.iter().map(|e| (e.logical, e.physical, u64::from(e.len)))))
+}
+
+/// Whether `image` holds a volume of our own format.
+pub fn is_own_volume(image: &Path) -> bool {
+    mballoc_vol::FileDevice::open(image, mballoc_vol::OpenMode::ReadOnly)
+        .ok()
+        .and_then(|d| mballoc_vol::probe(&d).ok().flatten())
+        == Some("an mballoc volume")
 }

@@ -13,6 +13,7 @@ use mballoc_lab::LabError;
 use std::io::Write;
 use std::path::PathBuf;
 
+mod fuse;
 mod inspect;
 
 #[derive(Parser)]
@@ -29,9 +30,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: LabCmd,
     },
-    /// Read an ext2/3/4 image: free space, groups, files.
+    /// Read an ext2/3/4 image or an mballoc volume: free space, groups, files.
     Inspect {
-        /// The image file (or block device).
+        /// The image file, volume or block device.
         image: PathBuf,
         /// The free-space report, as `e2freefrag IMAGE` prints it.
         #[arg(long)]
@@ -78,6 +79,34 @@ enum Cmd {
         /// would destroy something not proven bad.
         #[arg(long)]
         repair: bool,
+    },
+    /// Mount a volume with FUSE: programs use it through ordinary system
+    /// calls. Returns once mounted (the server runs on in the background)
+    /// unless --foreground. Ends on `mballoc umount DIR`, `fusermount3 -u DIR`
+    /// or SIGTERM, after which the volume is synced and marked clean.
+    Mount {
+        /// The volume file or device.
+        volume: PathBuf,
+        /// An empty directory to mount it on.
+        dir: PathBuf,
+        /// Bytes per page-cache folio (4 KiB to 2 MiB, a power of two).
+        #[arg(long, default_value = "2M")]
+        folio: String,
+        /// The allocation policy: the engine's own, or ext4's (docs/PROFILES.md).
+        #[arg(long, value_enum, default_value = "default")]
+        profile: fuse::Profile,
+        /// Threads serving requests.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Serve in this process until unmounted.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Unmount a volume mounted by `mballoc mount`; returns once the volume
+    /// is closed and clean.
+    Umount {
+        /// The mount point.
+        dir: PathBuf,
     },
     /// Micro-benchmarks.
     Bench {
@@ -263,6 +292,17 @@ fn run() -> Result<()> {
             );
             Ok(())
         }
+        Cmd::Mount { volume, dir, folio, profile, threads, foreground } => {
+            let folio = folio.parse::<Size>().context("--folio")?.0;
+            let folio = u32::try_from(folio).context("--folio: at most 2 MiB")?;
+            let args = fuse::MountArgs { volume, dir, folio, profile, threads };
+            if foreground {
+                fuse::serve(&args)
+            } else {
+                fuse::spawn_daemon(&args)
+            }
+        }
+        Cmd::Umount { dir } => fuse::umount(&dir),
         Cmd::Check { volume, repair } => {
             use mballoc_vol::{FileDevice, OpenMode, Repair};
             let mode = if repair { OpenMode::ReadWrite } else { OpenMode::ReadOnly };
@@ -289,6 +329,12 @@ fn run() -> Result<()> {
             if !r.is_clean() && !r.repaired {
                 std::process::exit(1);
             }
+            Ok(())
+        }
+        Cmd::Inspect { image, freefrag, groups, files, .. } if inspect::is_own_volume(&image) => {
+            let out = inspect::own_volume(&image, freefrag, groups, files)
+                .with_context(|| format!("reading {}", image.display()))?;
+            print!("{out}");
             Ok(())
         }
         Cmd::Inspect { image, freefrag, groups, files, ignore_checksums } => {

@@ -16,6 +16,8 @@ pub enum FallocMode {
     KeepSize,
     /// `FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`.
     PunchHole,
+    /// `FALLOC_FL_ZERO_RANGE`: the range reads as zeroes, allocated.
+    ZeroRange,
 }
 
 /// `fallocate(fd, mode, offset, len)`.
@@ -24,6 +26,7 @@ pub fn fallocate(file: &File, mode: FallocMode, offset: u64, len: u64) -> io::Re
         FallocMode::ExtendSize => 0,
         FallocMode::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
         FallocMode::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        FallocMode::ZeroRange => libc::FALLOC_FL_ZERO_RANGE,
     };
     // SAFETY: the descriptor stays open for the lifetime of `file`;
     // fallocate only reads its integer arguments.

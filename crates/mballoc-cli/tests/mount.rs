@@ -1,0 +1,315 @@
+//! `mballoc mount` with real programs: seed 000's fio job, the
+//! will-it-scale fallocate2 loop, plain shell tools, and a SIGKILL of the
+//! mount during writes. Needs root, /dev/fuse and fusermount3 (Debian's
+//! fuse3); fio is used where installed. Each test says in one line why it
+//! skipped.
+
+use mballoc_lab::sys::{fallocate, FallocMode};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_mballoc");
+
+fn fuse_ready(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false);
+    let why = if !root {
+        "not root"
+    } else if !Path::new("/dev/fuse").exists() {
+        "no /dev/fuse"
+    } else if Command::new("fusermount3").arg("-V").output().is_err() {
+        "no fusermount3 (install fuse3)"
+    } else {
+        return true;
+    };
+    eprintln!("{test}: skipped: {why}");
+    false
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program).arg("--version").output().is_ok()
+}
+
+/// A fresh directory with a volume file and a mount point.
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str, size: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("mballoc-mount-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("mnt")).unwrap();
+        run(&["mkfs", dir.join("vol").to_str().unwrap(), "--size", size]);
+        Scratch { dir }
+    }
+    fn vol(&self) -> String {
+        self.dir.join("vol").display().to_string()
+    }
+    fn mnt(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+    fn m(&self) -> String {
+        self.mnt().display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Whatever a failed test left mounted.
+        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(self.mnt()).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "mballoc {args:?}: {}{}", text, String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+fn check_clean(s: &Scratch) {
+    let out = run(&["check", &s.vol()]);
+    assert!(out.contains(": clean,"), "{out}");
+}
+
+/// Extents per file, from `inspect --files` (filefrag's lines).
+fn extents_per_file(s: &Scratch) -> Vec<(String, u64)> {
+    run(&["inspect", &s.vol(), "--files"])
+        .lines()
+        .map(|l| {
+            let (path, rest) = l.rsplit_once(": ").unwrap();
+            (path.to_string(), rest.split_whitespace().next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn shell_tools_see_a_file_system() {
+    if !fuse_ready("shell_tools_see_a_file_system") {
+        return;
+    }
+    let s = Scratch::new("shell", "256M");
+    run(&["mount", &s.vol(), &s.m()]);
+    let m = s.mnt();
+    std::fs::create_dir(m.join("d")).unwrap();
+    std::fs::write(m.join("d/a"), b"hello, volume").unwrap();
+    std::fs::rename(m.join("d/a"), m.join("b")).unwrap();
+    assert_eq!(std::fs::read(m.join("b")).unwrap(), b"hello, volume");
+    let names: Vec<String> =
+        std::fs::read_dir(&m).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(std::fs::remove_dir(&m).map_err(|e| e.raw_os_error()), Err(Some(libc::EBUSY)));
+    std::fs::write(m.join("d/x"), b"x").unwrap();
+    assert_eq!(std::fs::remove_dir(m.join("d")).map_err(|e| e.raw_os_error()), Err(Some(libc::ENOTEMPTY)));
+    // fallocate modes, through the kernel.
+    let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(m.join("f")).unwrap();
+    for (mode, off, len) in [
+        (FallocMode::ExtendSize, 0, 1 << 20),
+        (FallocMode::KeepSize, 1 << 20, 1 << 20),
+        (FallocMode::PunchHole, 4096, 8192),
+        (FallocMode::ZeroRange, 0, 4096),
+    ] {
+        fallocate(&f, mode, off, len).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20);
+    f.write_all_at(b"data", 100).unwrap();
+    f.sync_all().unwrap();
+    let mut buf = [0u8; 4];
+    f.read_exact_at(&mut buf, 100).unwrap();
+    assert_eq!(&buf, b"data");
+    drop(f);
+    let st = nix_statvfs(&m);
+    assert!(st.0 > 0 && st.1 > 0 && st.1 <= st.0, "{st:?}");
+    run(&["umount", &s.m()]);
+    check_clean(&s);
+    // Mounted again, everything is where it was.
+    run(&["mount", &s.vol(), &s.m()]);
+    assert_eq!(std::fs::read(m.join("b")).unwrap(), b"hello, volume");
+    assert_eq!(std::fs::metadata(m.join("f")).unwrap().len(), 1 << 20);
+    run(&["umount", &s.m()]);
+    check_clean(&s);
+}
+
+/// `statvfs`: (blocks, free blocks).
+fn nix_statvfs(p: &Path) -> (u64, u64) {
+    let out = Command::new("stat").args(["-f", "-c", "%b %f"]).arg(p).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut it = text.split_whitespace().map(|x| x.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+#[test]
+fn seed_000_fio_job_keeps_files_in_few_extents() {
+    if !fuse_ready("seed_000_fio_job_keeps_files_in_few_extents") {
+        return;
+    }
+    if !have("fio") {
+        eprintln!("seed_000_fio_job_keeps_files_in_few_extents: skipped: no fio");
+        return;
+    }
+    let s = Scratch::new("fio", "1G");
+    run(&["mount", &s.vol(), &s.m()]);
+    let out = Command::new("fio")
+        .args([
+            "--name=seed000",
+            "--ioengine=falloc",
+            "--rw=write",
+            "--bs=4k",
+            "--fallocate=none",
+            "--file_append=1",
+            "--thread",
+            "--numjobs=8",
+            "--size=64M",
+            "--output-format=terse",
+        ])
+        .arg(format!("--directory={}", s.m()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fio: {}", String::from_utf8_lossy(&out.stderr));
+    run(&["umount", &s.m()]);
+    check_clean(&s);
+    let files = extents_per_file(&s);
+    assert_eq!(files.len(), 8, "{files:?}");
+    assert!(files.iter().all(|(_, n)| *n <= 8), "more than 8 extents: {files:?}");
+}
+
+#[test]
+fn fallocate2_runs_on_a_mount() {
+    if !fuse_ready("fallocate2_runs_on_a_mount") {
+        return;
+    }
+    let s = Scratch::new("fallocate2", "512M");
+    run(&["mount", &s.vol(), &s.m()]);
+    // The anchors' C program where the checkout has it; the same loop in
+    // Rust here either way.
+    let anchors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/anchors/fallocate2.c");
+    if anchors.exists() && have("gcc") {
+        let exe = s.dir.join("fallocate2");
+        let built = Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&anchors).status().unwrap();
+        assert!(built.success());
+        let out = Command::new(&exe).arg(s.mnt()).args(["2", "2"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("total_ops_per_s="), "{text}");
+        eprintln!("fallocate2.c on the mount: {}", text.trim());
+    }
+    let stop = Instant::now() + Duration::from_secs(2);
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            let path = s.mnt().join(format!("w{i}"));
+            std::thread::spawn(move || {
+                let f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(path).unwrap();
+                let mut ops = 0u64;
+                while Instant::now() < stop {
+                    for off in (0..1 << 20).step_by(8192) {
+                        fallocate(&f, FallocMode::ExtendSize, off, 8192).unwrap();
+                        ops += 1;
+                    }
+                    f.set_len(0).unwrap();
+                }
+                ops
+            })
+        })
+        .collect();
+    let ops: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(ops > 0);
+    run(&["umount", &s.m()]);
+    check_clean(&s);
+}
+
+fn wait_mounted(dir: &Path, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        if table.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap())) {
+            return;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the mount exited");
+        assert!(Instant::now() < deadline, "not mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_mount_recovers_every_fsynced_byte() {
+    if !fuse_ready("a_killed_mount_recovers_every_fsynced_byte") {
+        return;
+    }
+    let s = Scratch::new("kill", "256M");
+    let mnt = std::fs::canonicalize(s.mnt()).unwrap();
+    for round in 0..3u8 {
+        let mut daemon = Command::new(BIN)
+            .args(["mount", &s.vol(), mnt.to_str().unwrap(), "--foreground"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_mounted(&mnt, &mut daemon);
+        // Earlier rounds' fsynced files read back exactly.
+        for r in 0..round {
+            let want = vec![r; 300_000];
+            assert_eq!(std::fs::read(mnt.join(format!("synced{r}"))).unwrap(), want, "round {r} after a kill");
+        }
+        let mut f = std::fs::File::create(mnt.join(format!("synced{round}"))).unwrap();
+        f.write_all(&vec![round; 300_000]).unwrap();
+        f.sync_all().unwrap();
+        // Writes in flight when the mount dies.
+        let writer = {
+            let dir = mnt.clone();
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    let p = dir.join(format!("busy{round}-{i}"));
+                    if std::fs::write(p, vec![7u8; 100_000]).is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        daemon.kill().unwrap(); // SIGKILL
+        daemon.wait().unwrap();
+        writer.join().unwrap();
+        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&mnt).status();
+        // What the next mount will replay is no problem for check.
+        let out = Command::new(BIN).args(["check", &s.vol()]).output().unwrap();
+        assert!(out.status.success(), "check after a kill: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    run(&["mount", &s.vol(), mnt.to_str().unwrap()]);
+    for r in 0..3u8 {
+        assert_eq!(std::fs::read(mnt.join(format!("synced{r}"))).unwrap(), vec![r; 300_000]);
+    }
+    run(&["umount", mnt.to_str().unwrap()]);
+    check_clean(&s);
+}
+
+#[test]
+fn sigterm_unmounts_and_closes_the_volume() {
+    if !fuse_ready("sigterm_unmounts_and_closes_the_volume") {
+        return;
+    }
+    let s = Scratch::new("sigterm", "128M");
+    let mnt = std::fs::canonicalize(s.mnt()).unwrap();
+    let mut daemon = Command::new(BIN)
+        .args(["mount", &s.vol(), mnt.to_str().unwrap(), "--foreground"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_mounted(&mnt, &mut daemon);
+    std::fs::write(mnt.join("kept"), vec![5u8; 70_000]).unwrap(); // no fsync
+    let sent = Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "the mount exited with {status}");
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap())), "still mounted");
+    // Closed cleanly: nothing awaits replay, and the unsynced write is home.
+    let out = run(&["check", &s.vol()]);
+    assert!(out.contains(": clean,") && !out.contains("await replay"), "{out}");
+    run(&["mount", &s.vol(), mnt.to_str().unwrap()]);
+    assert_eq!(std::fs::read(mnt.join("kept")).unwrap(), vec![5u8; 70_000]);
+    run(&["umount", mnt.to_str().unwrap()]);
+}
