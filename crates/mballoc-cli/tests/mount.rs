@@ -4,7 +4,7 @@
 //! fuse3); fio is used where installed. Each test says in one line why it
 //! skipped.
 
-use mballoc_lab::sys::{fallocate, FallocMode};
+use mballoc_lab::sys::{fallocate, statvfs, FallocMode};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -124,8 +124,8 @@ fn shell_tools_see_a_file_system() {
     f.read_exact_at(&mut buf, 100).unwrap();
     assert_eq!(&buf, b"data");
     drop(f);
-    let st = nix_statvfs(&m);
-    assert!(st.0 > 0 && st.1 > 0 && st.1 <= st.0, "{st:?}");
+    let (free, total) = statvfs(&std::fs::File::open(&m).unwrap()).unwrap();
+    assert!(total > 0 && free > 0 && free <= total, "{free} of {total}");
     run(&["umount", &s.m()]);
     check_clean(&s);
     // Mounted again, everything is where it was.
@@ -134,14 +134,6 @@ fn shell_tools_see_a_file_system() {
     assert_eq!(std::fs::metadata(m.join("f")).unwrap().len(), 1 << 20);
     run(&["umount", &s.m()]);
     check_clean(&s);
-}
-
-/// `statvfs`: (blocks, free blocks).
-fn nix_statvfs(p: &Path) -> (u64, u64) {
-    let out = Command::new("stat").args(["-f", "-c", "%b %f"]).arg(p).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut it = text.split_whitespace().map(|x| x.parse::<u64>().unwrap());
-    (it.next().unwrap(), it.next().unwrap())
 }
 
 #[test]
@@ -222,17 +214,26 @@ fn fallocate2_runs_on_a_mount() {
     check_clean(&s);
 }
 
-fn wait_mounted(dir: &Path, child: &mut Child) {
+/// Whether anything is mounted on `dir` (a canonical path).
+fn mounted(dir: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// `mballoc mount --foreground` as a child of this test, once mounted.
+fn mount_foreground(s: &Scratch, dir: &Path) -> Child {
+    let mut child = Command::new(BIN)
+        .args(["mount", &s.vol(), dir.to_str().unwrap(), "--foreground"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        if table.lines().any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap())) {
-            return;
-        }
+    while !mounted(dir) {
         assert!(child.try_wait().unwrap().is_none(), "the mount exited");
         assert!(Instant::now() < deadline, "not mounted");
         std::thread::sleep(Duration::from_millis(20));
     }
+    child
 }
 
 #[test]
@@ -243,12 +244,7 @@ fn a_killed_mount_recovers_every_fsynced_byte() {
     let s = Scratch::new("kill", "256M");
     let mnt = std::fs::canonicalize(s.mnt()).unwrap();
     for round in 0..3u8 {
-        let mut daemon = Command::new(BIN)
-            .args(["mount", &s.vol(), mnt.to_str().unwrap(), "--foreground"])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_mounted(&mnt, &mut daemon);
+        let mut daemon = mount_foreground(&s, &mnt);
         // Earlier rounds' fsynced files read back exactly.
         for r in 0..round {
             let want = vec![r; 300_000];
@@ -293,19 +289,13 @@ fn sigterm_unmounts_and_closes_the_volume() {
     }
     let s = Scratch::new("sigterm", "128M");
     let mnt = std::fs::canonicalize(s.mnt()).unwrap();
-    let mut daemon = Command::new(BIN)
-        .args(["mount", &s.vol(), mnt.to_str().unwrap(), "--foreground"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_mounted(&mnt, &mut daemon);
+    let mut daemon = mount_foreground(&s, &mnt);
     std::fs::write(mnt.join("kept"), vec![5u8; 70_000]).unwrap(); // no fsync
     let sent = Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status().unwrap();
     assert!(sent.success());
     let status = daemon.wait().unwrap();
     assert!(status.success(), "the mount exited with {status}");
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!table.lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap())), "still mounted");
+    assert!(!mounted(&mnt), "still mounted");
     // Closed cleanly: nothing awaits replay, and the unsynced write is home.
     let out = run(&["check", &s.vol()]);
     assert!(out.contains(": clean,") && !out.contains("await replay"), "{out}");

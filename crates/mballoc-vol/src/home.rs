@@ -74,6 +74,9 @@ pub struct Scan {
     pub stale_groups: Vec<u32>,
     /// Whether the superblock's counters differ from the files.
     pub stale_counters: bool,
+    /// The directory tree of the named inodes (empty if it failed its
+    /// checks, which are then among the problems).
+    pub tree: crate::names::Tree,
 }
 
 /// The tree area's budget: for every file, the larger of its tree on disk
@@ -402,11 +405,15 @@ impl Home {
         // The names: one tree from the root. Valid inodes that name each
         // other wrongly cannot be put right without guessing.
         let named = home.state.files.iter().filter_map(|(&i, f)| f.attr.clone().map(|a| (i, a))).collect();
-        if let Err(found) = crate::names::Tree::build(named) {
-            for p in found {
-                note(VolError::corrupt("directory tree", sb.itable_start, p), true)?;
+        let tree = match crate::names::Tree::build(named) {
+            Ok(t) => t,
+            Err(found) => {
+                for p in found {
+                    note(VolError::corrupt("directory tree", sb.itable_start, p), true)?;
+                }
+                crate::names::Tree::default()
             }
-        }
+        };
         // What is stored against what the files say.
         let mut stale_groups = Vec::new();
         let mut unowned = 0u64;
@@ -445,7 +452,7 @@ impl Home {
         home.state.dirty_groups.extend(stale_groups.iter().copied());
         let inos: Vec<u64> = home.state.files.keys().copied().collect();
         home.refresh_budget(inos);
-        Ok(Scan { home, problems, unrepairable, replayed, stale_groups, stale_counters })
+        Ok(Scan { home, problems, unrepairable, replayed, stale_groups, stale_counters, tree })
     }
 
     /// A file's extents and tree blocks, every node checked. A node that

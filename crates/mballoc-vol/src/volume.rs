@@ -184,7 +184,9 @@ impl Volume {
                 opts.folio_size, sb.block_size
             )));
         }
-        let Scan { home, replayed, stale_groups, stale_counters, .. } =
+        // Strict: a tree that fails its checks is an error here, so `tree`
+        // holds every named inode.
+        let Scan { home, replayed, stale_groups, stale_counters, tree, .. } =
             Home::read(&*dev, sb.clone(), ReadMode::Strict)?;
         let geo = sb.geometry();
         let mut chosen = FsConfig::new(geo);
@@ -207,13 +209,9 @@ impl Volume {
             .map(|(&ino, f)| ImportedFile { ino, size: f.size, extents: engine_extents(f) })
             .collect();
         let live = home.state.files.len() as u64;
-        let named: mballoc_fs::IdMap<crate::names::Attr> =
-            home.state.files.iter().filter_map(|(&i, f)| f.attr.clone().map(|a| (i, a))).collect();
         // Inodes a crash caught between the engine's create and the name.
-        let mut nameless: Vec<u64> = home.state.files.keys().filter(|i| !named.contains_key(i)).copied().collect();
+        let mut nameless: Vec<u64> = home.state.files.keys().filter(|i| !tree.attrs.contains_key(i)).copied().collect();
         nameless.sort_unstable();
-        let tree = crate::names::Tree::build(named)
-            .map_err(|p| VolError::corrupt("directory tree", sb.itable_start, p.join("; ")))?;
         let mut fs = Fs::import(cfg, &home.state.bitmaps, files)?;
         let needs_write = replayed > 0 || !stale_groups.is_empty() || stale_counters;
         let log = Arc::new(Log {
@@ -449,10 +447,8 @@ impl Volume {
     /// Write back every file and commit.
     pub fn sync(&self) -> Result<()> {
         self.writable()?;
-        for (ino, _) in self.caches() {
-            self.settle_times(ino);
-        }
         for (ino, c) in self.caches() {
+            self.settle_times(ino);
             let mut fc = c.lock();
             match self.writeback_locked(FileId(ino), &mut fc) {
                 Err(VolError::Fs(mballoc_fs::FsError::Unlinked(_))) => {}
