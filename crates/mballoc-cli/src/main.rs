@@ -5,7 +5,8 @@ use clap::{Parser, Subcommand};
 use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
 use mballoc_lab::backend::{BackendKind, Target};
 use mballoc_lab::report::{col, Report, Row, ScenarioReport};
-use mballoc_lab::scenarios::{self, Env, StartImage, Variant};
+use mballoc_lab::scenarios::{self, Env, StartImage, Stats, Variant};
+use mballoc_lab::settings::Settings;
 use mballoc_lab::trace::Trace;
 use mballoc_lab::units::Size;
 use mballoc_lab::workload::{StreamSpec, Workload};
@@ -129,10 +130,29 @@ struct Output {
     /// Print the results as JSON on stdout (and nothing else there).
     #[arg(long)]
     json: bool,
+    /// Also write every value as CSV, one line per sample.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Lay a setting over every row: `engine.KEY=VALUE` (a tunable by its
+    /// kernel name, `profile=kernel`, a file-layer setting), `ext4.mount=OPTS`,
+    /// `ext4.mkfs=ARGS`, `ext4.KNOB=VALUE` (/sys/fs/ext4), `xfs.mount=...`.
+    /// Repeatable; `mballoc lab settings` lists the keys.
+    #[arg(long = "set", value_name = "SCOPE.KEY=VALUE")]
+    set: Vec<String>,
+    /// Run once per value, a row per value: `engine.mb_max_to_scan=50,200,1000`.
+    /// Repeatable: every combination runs.
+    #[arg(long, value_name = "SCOPE.KEY=V1,V2,...")]
+    sweep: Vec<String>,
+    /// Run every row N times: tables show the median and min–max, JSON and
+    /// CSV keep every sample.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
 }
 
 #[derive(Subcommand)]
 enum LabCmd {
+    /// List the settings `--set`, `--sweep` and a workload's tables take.
+    Settings,
     /// List the scenarios.
     List,
     /// Run scenarios (all when none is named).
@@ -265,8 +285,34 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// With `MBALLOC_PARSE_ONLY` set, check a command line and stop: the
+/// arguments, scenario names, settings and sweeps, nothing run (the docs'
+/// commands are checked this way in CI).
+fn parse_only(cmd: &Cmd) -> Result<()> {
+    let out = match cmd {
+        Cmd::Lab { cmd: LabCmd::Run { scenarios: names, out, .. } } => {
+            for n in names {
+                scenarios::find(n).with_context(|| format!("unknown scenario {n:?}"))?;
+            }
+            out
+        }
+        Cmd::Lab { cmd: LabCmd::Workload { out, .. } } => out,
+        Cmd::Lab { cmd: LabCmd::Show { scenario } } => {
+            scenarios::find(scenario).with_context(|| format!("unknown scenario {scenario:?}"))?;
+            return Ok(());
+        }
+        _ => return Ok(()),
+    };
+    Plan::new(out, Settings::default(), &[])?;
+    Ok(())
+}
+
 fn run() -> Result<()> {
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    if std::env::var_os("MBALLOC_PARSE_ONLY").is_some() {
+        return parse_only(&cli.cmd);
+    }
+    match cli.cmd {
         Cmd::Mkfs { volume, size, block_size, journal_blocks, inodes, force } => {
             use mballoc_vol::{FormatOptions, Overwrite};
             let size = size.map(|s| s.parse::<Size>()).transpose()?.map(|s| s.0);
@@ -365,6 +411,19 @@ fn run() -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Lab { cmd: LabCmd::Settings } => {
+            use mballoc_lab::settings::{ENGINE_KEYS, KERNEL_KEYS};
+            println!("engine.KEY (every engine row; the profile is applied first):");
+            for (k, what) in ENGINE_KEYS {
+                println!("  engine.{k:<30} {what}");
+            }
+            println!("ext4.KEY, xfs.KEY, btrfs.KEY (every row on that file system):");
+            for (k, what) in KERNEL_KEYS {
+                println!("  SCOPE.{k:<31} {what}");
+            }
+            println!("  ext4.{:<32} any /sys/fs/ext4/DEV/ knob, written after mounting", "KNOB");
+            Ok(())
+        }
         Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, from_image, out } } => {
             let chosen: Vec<&scenarios::Scenario> = if names.is_empty() {
                 scenarios::ALL.iter().collect()
@@ -377,34 +436,40 @@ fn run() -> Result<()> {
                     })
                     .collect::<Result<_>>()?
             };
-            let mut env = Env::new(quick, out.seed, backends(&out.backends)?);
-            if let Some(image) = &from_image {
-                env = env.start_from(StartImage::open(image)?);
-            }
-            let mut report = Report { seed: out.seed, quick, scenarios: vec![] };
+            let plan = Plan::new(&out, Settings::default(), &[])?;
+            let image = from_image.as_deref().map(StartImage::open).transpose()?;
+            let jobs: Vec<Job> = chosen
+                .into_iter()
+                .map(|s| {
+                    let run = s.run;
+                    let image = image.clone();
+                    let f: RunScenario = Box::new(move |env: &Env| {
+                        let mut r = run(env);
+                        if let Some(img) = &image {
+                            r.notes.push(format!(
+                                "volumes started from {} (its free space and files)",
+                                img.path.display()
+                            ));
+                        }
+                        r
+                    });
+                    (s.name.to_string(), f)
+                })
+                .collect();
             if !out.json {
                 println!("mballoc lab (seed {}{})\n", out.seed, if quick { ", quick" } else { "" });
             }
-            for s in chosen {
-                let mut r = (s.run)(&env);
-                if let Some(img) = &env.image {
-                    r.notes.push(format!("volumes started from {} (its free space and files)", img.path.display()));
-                }
-                if !out.json {
-                    println!("{}", r.text());
-                }
-                report.scenarios.push(r);
-            }
+            let report = plan.run(&out, quick, image.as_ref(), &jobs)?;
             finish(&report, &out)
         }
         Cmd::Lab { cmd: LabCmd::Workload { file, out } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
-            let env = Env::new(false, out.seed, backends(&out.backends)?);
-            let r = user_workload(&env, &text)?;
-            if !out.json {
-                println!("{}", r.text());
-            }
-            finish(&Report { seed: out.seed, quick: false, scenarios: vec![r] }, &out)
+            let prepared = prepare_workload(&text)?;
+            let plan = Plan::new(&out, prepared.settings.clone(), &prepared.sweeps)?;
+            let name = prepared.w.name.clone();
+            let jobs: Vec<Job> = vec![(name, Box::new(move |env: &Env| user_workload(env, &prepared)))];
+            let report = plan.run(&out, false, None, &jobs)?;
+            finish(&report, &out)
         }
         Cmd::Lab { cmd: LabCmd::Trace { file, max_ops } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
@@ -483,22 +548,221 @@ fn run() -> Result<()> {
     }
 }
 
-/// Write the HTML page and, with `--json`, the JSON document.
+/// A scenario as a run drives it: its name and how to run it once.
+type Job = (String, RunScenario);
+type RunScenario = Box<dyn Fn(&Env) -> ScenarioReport>;
+
+/// What a lab run does: the settings over every row, each combination of
+/// the swept settings, each repeated.
+struct Plan {
+    settings: Settings,
+    combinations: Vec<Vec<(String, String)>>,
+    swept: Vec<String>,
+    repeat: u32,
+    backends: Vec<BackendKind>,
+}
+
+impl Plan {
+    /// `base` (a workload's tables) under `--set`, and `sweeps` (a
+    /// workload's) under `--sweep`; all checked before anything runs.
+    fn new(out: &Output, base: Settings, sweeps: &[(String, Vec<String>)]) -> Result<Plan> {
+        let mut settings = base;
+        for a in &out.set {
+            settings.set_str(a)?;
+        }
+        let mut all: Vec<(String, Vec<String>)> = sweeps.to_vec();
+        for a in &out.sweep {
+            let (k, v) = mballoc_lab::settings::parse_sweep(a)?;
+            all.retain(|(o, _)| *o != k);
+            all.push((k, v));
+        }
+        Ok(Plan {
+            settings,
+            combinations: mballoc_lab::settings::combinations(&all),
+            swept: all.into_iter().map(|(k, _)| k).collect(),
+            repeat: out.repeat,
+            backends: backends(&out.backends)?,
+        })
+    }
+
+    /// Run every job under every combination, `repeat` times, printing each
+    /// scenario's table as it finishes (unless `--json`). A signal on the
+    /// way unmounts and removes what the lab made.
+    fn run(&self, out: &Output, quick: bool, image: Option<&StartImage>, jobs: &[Job]) -> Result<Report> {
+        clean_up_on_signal()?;
+        let started = std::time::Instant::now();
+        let mut report = Report { seed: out.seed, quick, scenarios: vec![] };
+        for (k, (name, job)) in jobs.iter().enumerate() {
+            let mut merged: Option<ScenarioReport> = None;
+            for point in &self.combinations {
+                let mut settings = self.settings.clone();
+                for (key, value) in point {
+                    settings.set_str(&format!("{key}={value}"))?;
+                }
+                let mut runs = Vec::new();
+                for r in 0..self.repeat {
+                    let mut env = Env::new(quick, out.seed, self.backends.clone()).with_settings(settings.clone());
+                    env.started = started;
+                    if let Some(img) = image {
+                        env = env.start_from(img.clone());
+                    }
+                    let mut what = format!("scenario {} of {}: {name}", k + 1, jobs.len());
+                    if !point.is_empty() {
+                        let p: Vec<String> = point.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        what.push_str(&format!(", {}", p.join(", ")));
+                    }
+                    if self.repeat > 1 {
+                        what.push_str(&format!(", repeat {} of {}", r + 1, self.repeat));
+                    }
+                    eprintln!("[{:>7.1} s] {what}", started.elapsed().as_secs_f64());
+                    runs.push(job(&env));
+                }
+                let mut one = ScenarioReport::merge_repeats(runs);
+                for row in &mut one.rows {
+                    row.point = point.iter().cloned().collect();
+                }
+                merged = Some(match merged {
+                    None => one,
+                    Some(mut m) => {
+                        m.rows.append(&mut one.rows);
+                        m.failures += one.failures;
+                        for sk in one.skipped {
+                            if !m.skipped.contains(&sk) {
+                                m.skipped.push(sk);
+                            }
+                        }
+                        let p: Vec<String> = point.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        let new: Vec<String> = one.notes.into_iter().filter(|n| !m.notes.contains(n)).collect();
+                        m.notes.extend(new.into_iter().map(|n| format!("[{}] {n}", p.join(", "))));
+                        m
+                    }
+                });
+            }
+            let mut r = merged.expect("at least one combination");
+            self.annotate(&mut r);
+            if !out.json {
+                println!("{}", r.text());
+            }
+            report.scenarios.push(r);
+        }
+        Ok(report)
+    }
+
+    /// Say what the run's settings were, and plot each column against the
+    /// first swept setting.
+    fn annotate(&self, r: &mut ScenarioReport) {
+        let varied = !self.settings.is_empty() || !self.swept.is_empty();
+        if !self.settings.is_empty() {
+            r.notes.insert(0, format!("settings over every row: {}", self.settings.describe()));
+        }
+        if varied && r.statistics.is_none() {
+            r.notes.insert(0, "the run's settings do not apply here: this scenario builds the allocator itself".into());
+        }
+        let Some(x) = self.swept.first() else { return };
+        let values: Vec<f64> = self.combinations.iter().filter_map(|c| c.first()?.1.parse().ok()).collect();
+        if values.len() != self.combinations.len() {
+            return;
+        }
+        let lo = values.iter().copied().fold(f64::MAX, f64::min);
+        let hi = values.iter().copied().fold(f64::MIN, f64::max);
+        let log = lo > 0.0 && hi / lo >= 8.0;
+        // Columns whose values repeat the same way under every point
+        // (workers, write size, mode) say which row is which: they split
+        // series instead of being plotted.
+        let by_point = |key: &str| -> Vec<Vec<String>> {
+            self.combinations
+                .iter()
+                .map(|c| {
+                    let point: std::collections::BTreeMap<String, String> = c.iter().cloned().collect();
+                    r.rows
+                        .iter()
+                        .filter(|row| row.point == point)
+                        .map(|row| format!("{:?}", row.metrics.get(key)))
+                        .collect()
+                })
+                .collect()
+        };
+        let mut split = Vec::new();
+        let mut columns = Vec::new();
+        for c in &r.columns {
+            let v = by_point(c.key);
+            let same_everywhere = v.windows(2).all(|w| w[0] == w[1]);
+            if same_everywhere && v[0].iter().collect::<std::collections::BTreeSet<_>>().len() > 1 {
+                split.push(c.key);
+            } else if !same_everywhere && r.rows.iter().any(|row| row.num(c.key).is_some()) {
+                columns.push(c.clone());
+            }
+        }
+        for c in columns {
+            let mut p = mballoc_lab::report::Plot::lines(
+                &format!("{}: {} by {x}", r.name, c.header),
+                x,
+                &format!("{x} (swept)"),
+                c.key,
+                c.header,
+            );
+            if !log {
+                p = p.linear_x();
+            }
+            for k in &split {
+                p = p.split_by(k);
+            }
+            r.plots.push(p);
+        }
+    }
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: unmount and remove the loop mounts,
+/// images and volume files the lab made, say so, and exit.
+fn clean_up_on_signal() -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            eprintln!("\nmballoc lab: signal {sig}: cleaning up");
+            for line in mballoc_lab::cleanup::clean_up() {
+                eprintln!("  {line}");
+            }
+            std::process::exit(128 + sig);
+        }
+    });
+    Ok(())
+}
+
+/// Write the HTML page and, with `--json`, the JSON document; with
+/// `--csv`, the CSV file. A scenario that failed on every backend it
+/// tried makes the exit status nonzero, after everything is written.
 fn finish(report: &Report, out: &Output) -> Result<()> {
     std::fs::create_dir_all(&out.out).with_context(|| out.out.display().to_string())?;
     let page = out.out.join("index.html");
     std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
+    if let Some(csv) = &out.csv {
+        std::fs::write(csv, report.csv()).with_context(|| csv.display().to_string())?;
+    }
     if out.json {
         println!("{}", report.json());
     } else {
         println!("report: {}", page.display());
     }
+    let failed: Vec<&str> =
+        report.scenarios.iter().filter(|s| s.rows.is_empty() && s.failures > 0).map(|s| s.name.as_str()).collect();
+    if !failed.is_empty() {
+        bail!("{} failed on every backend it ran on (the notes say why)", failed.join(", "));
+    }
     Ok(())
 }
 
-/// A user's workload (TOML or trace) on every chosen backend.
-fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
-    let (w, streams, names): (Workload, Vec<StreamSpec>, Vec<String>) = if Trace::is_trace(text) {
+/// A user's workload (TOML or trace), parsed and checked once.
+struct Prepared {
+    w: Workload,
+    streams: Vec<StreamSpec>,
+    names: Vec<String>,
+    settings: Settings,
+    sweeps: Vec<(String, Vec<String>)>,
+}
+
+fn prepare_workload(text: &str) -> Result<Prepared> {
+    if Trace::is_trace(text) {
         let t = Trace::parse(text)?;
         let w = Workload {
             name: "trace".into(),
@@ -508,20 +772,26 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
             image: None,
             seconds: None,
             jobs: vec![],
+            ..Default::default()
         };
         let streams = t.stream_specs();
-        (w, streams, t.files)
-    } else {
-        let mut w = Workload::from_toml(text)?;
-        if let Some(path) = w.image.clone() {
-            StartImage::open(&path)?.apply(&mut w);
-        }
-        let (s, names) = (w.streams(), w.file_names());
-        (w, s, names)
-    };
+        return Ok(Prepared { w, streams, names: t.files, settings: Settings::default(), sweeps: vec![] });
+    }
+    let mut w = Workload::from_toml(text)?;
+    if let Some(path) = w.image.clone() {
+        StartImage::open(&path)?.apply(&mut w);
+    }
+    let (settings, sweeps) = (w.settings()?, w.sweeps()?);
+    let (streams, names) = (w.streams(), w.file_names());
+    Ok(Prepared { w, streams, names, settings, sweeps })
+}
+
+/// A user's workload on every chosen backend.
+fn user_workload(env: &Env, p: &Prepared) -> ScenarioReport {
+    let w = &p.w;
     let mut rep = ScenarioReport::new(
         &w.name,
-        &format!("user workload, {} streams, {} volume", streams.len(), w.volume),
+        &format!("user workload, {} streams, {} volume", p.streams.len(), w.volume),
         vec![
             col("ops_per_s", "ops/s", 0),
             col("mib_per_s", "MiB/s", 1),
@@ -534,13 +804,14 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
         ],
     );
     let limit = w.seconds.map(std::time::Duration::from_secs_f64);
-    let run_on = |rep: &mut ScenarioReport, t: &dyn Target, backend: &str| -> Result<(), LabError> {
+    let run_on = |rep: &mut ScenarioReport, t: &dyn Target, v: &Variant| -> Result<(), LabError> {
+        let backend = v.backend().name();
         let bar = env.bar(0, format!("{} on {backend}", w.name));
-        let r = mballoc_lab::runner::run(t, &streams, w.interleave, limit, &bar);
+        let r = mballoc_lab::runner::run(t, &p.streams, w.interleave, limit, &bar);
         bar.finish_and_clear();
         let r = r?;
         t.sync();
-        let mut row = Row::new(backend, "default");
+        let mut row = Row::new(backend, v.label());
         row.set("ops_per_s", r.ops_per_s().round())
             .set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0)
             .set("files_per_s", r.creates_per_s().round());
@@ -549,13 +820,25 @@ fn user_workload(env: &Env, text: &str) -> Result<ScenarioReport> {
         rep.rows.push(row);
         Ok(())
     };
-    let mut variants = vec![Variant::engine("default", |_| {})];
+    let profile = if env.settings.get(mballoc_lab::settings::Scope::Engine, "profile") == Some("kernel") {
+        "kernel profile"
+    } else {
+        "default profile"
+    };
+    let mut variants = vec![Variant::engine(profile, |_| {})];
     variants.extend(scenarios::kernel_variants(env, &[("default", "")]));
-    scenarios::for_each_variant(env, &mut rep, &variants, |v, rep| {
-        let t = v.target_with_files(&w, names.clone())?;
-        run_on(rep, &*t, v.backend().name())
+    // Throughput rows: statistics off everywhere, as the kernel ships.
+    scenarios::for_each_variant(env, &mut rep, Stats::Off, &variants, |v, rep| {
+        let t = v.target_with_files(w, p.names.clone())?;
+        run_on(rep, &*t, v)
     });
-    Ok(rep)
+    rep.plots.push(mballoc_lab::report::Plot::bars(
+        &format!("{}: operations per second", w.name),
+        "ops_per_s",
+        "data operations per second (fallocate, write, punch)",
+    ));
+    rep.plots.push(mballoc_lab::report::Plot::FreeHistograms { title: "free space after the run".into() });
+    rep
 }
 
 /// `mballoc lab fidelity`: each case on ext4 and on the engine's kernel

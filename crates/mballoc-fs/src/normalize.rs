@@ -62,6 +62,16 @@ impl PreallocTable {
         &self.sizes
     }
 
+    /// `mb_small_req`: requests below it (in blocks) use the locality group.
+    pub fn small_req(&self) -> u32 {
+        self.small_req
+    }
+
+    /// `mb_large_req`: files from this size (in blocks) on stop using it.
+    pub fn large_req(&self) -> u32 {
+        self.large_req
+    }
+
     /// Largest window size (table sizes are checked against the group size
     /// when the volume is built).
     pub fn largest(&self) -> u32 {

@@ -33,15 +33,18 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod cleanup;
 pub mod core_workloads;
 pub mod error;
 pub mod fidelity;
 pub mod kernel_trace;
 pub mod metrics;
 pub mod mount;
+pub mod published;
 pub mod report;
 pub mod runner;
 pub mod scenarios;
+pub mod settings;
 #[allow(unsafe_code)] // the system calls, each block with its SAFETY comment
 pub mod sys;
 pub mod trace;

@@ -38,7 +38,7 @@ impl KernelFs {
         }
     }
 
-    fn mkfs(self, image: &Path, block_size: u32) -> Command {
+    fn mkfs(self, image: &Path, block_size: u32, extra: &[String]) -> Command {
         let mut c;
         match self {
             KernelFs::Ext4 => {
@@ -57,6 +57,7 @@ impl KernelFs {
                 c.args(["-q", "-f", "-s", &block_size.to_string()]);
             }
         }
+        c.args(extra);
         c.arg(image);
         c
     }
@@ -65,19 +66,26 @@ impl KernelFs {
 /// An image file in /dev/shm, deleted on drop.
 pub struct Image {
     path: PathBuf,
+    _guard: crate::cleanup::Guard,
 }
 
 impl Image {
     /// A new image in /dev/shm: a sparse file of `bytes` (at least what
     /// mkfs accepts) made into a `fs` file system by its mkfs.
     pub fn make(fs: KernelFs, bytes: u64, block_size: u32) -> Result<Image, LabError> {
+        Self::make_with(fs, bytes, block_size, &[])
+    }
+
+    /// As [`Image::make`], with `extra` arguments after the lab's own
+    /// (a later `-O` or `-E` adds to or overrides an earlier one).
+    pub fn make_with(fs: KernelFs, bytes: u64, block_size: u32, extra: &[String]) -> Result<Image, LabError> {
         let bytes = bytes.max(fs.min_bytes());
         let image = Mount::new_image(fs);
         let io = |e| LabError::io(image.path.display().to_string(), e);
         let file = std::fs::File::create(&image.path).map_err(io)?;
         file.set_len(bytes).map_err(io)?;
         drop(file);
-        run(&mut fs.mkfs(&image.path, block_size))?;
+        run(&mut fs.mkfs(&image.path, block_size, extra))?;
         Ok(image)
     }
 
@@ -108,6 +116,7 @@ pub struct Mount {
     bytes: u64,
     dir: PathBuf,
     device: String,
+    _guard: crate::cleanup::Guard,
 }
 
 fn run(c: &mut Command) -> Result<(), LabError> {
@@ -137,10 +146,21 @@ impl Mount {
     /// `options` (as `mount -o`). The error is the one-line reason the
     /// backend cannot run here.
     pub fn new(fs: KernelFs, bytes: u64, block_size: u32, options: &str) -> Result<Mount, LabError> {
+        Self::with_mkfs(fs, bytes, block_size, options, &[])
+    }
+
+    /// As [`Mount::new`], with `mkfs` arguments added to the lab's own.
+    pub fn with_mkfs(
+        fs: KernelFs,
+        bytes: u64,
+        block_size: u32,
+        options: &str,
+        mkfs: &[String],
+    ) -> Result<Mount, LabError> {
         if !crate::sys::is_root() {
             return Err(LabError::Unavailable("needs root for loop mounts".into()));
         }
-        let image = Image::make(fs, bytes, block_size)?;
+        let image = Image::make_with(fs, bytes, block_size, mkfs)?;
         let bytes = bytes.max(fs.min_bytes());
         Self::attach(fs, image, bytes, options)
     }
@@ -162,19 +182,23 @@ impl Mount {
     fn new_image(fs: KernelFs) -> Image {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = PathBuf::from(format!("/dev/shm/mballoc-lab-{}-{}-{n}.img", fs.name(), std::process::id()));
-        Image { path }
+        let guard = crate::cleanup::register(crate::cleanup::Resource::File(path.clone()));
+        Image { path, _guard: guard }
     }
 
     fn attach(fs: KernelFs, image: Image, bytes: u64, options: &str) -> Result<Mount, LabError> {
         let dir = image.path.with_extension("mnt");
         std::fs::create_dir_all(&dir).map_err(|e| LabError::io(dir.display().to_string(), e))?;
+        // Registered before mounting: an interrupt between the mount and
+        // the return still finds it.
+        let guard = crate::cleanup::register(crate::cleanup::Resource::Mount(dir.clone()));
         let opts = if options.is_empty() { "loop".to_string() } else { format!("loop,{options}") };
         if let Err(e) = run(Command::new("mount").args(["-o", &opts]).arg(&image.path).arg(&dir)) {
             let _ = std::fs::remove_dir(&dir);
             return Err(e);
         }
         let device = mounted_device(&dir).unwrap_or_default();
-        Ok(Mount { fs, image: Some(image), bytes, dir, device })
+        Ok(Mount { fs, image: Some(image), bytes, dir, device, _guard: guard })
     }
 
     /// Which file system this is.

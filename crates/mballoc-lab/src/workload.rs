@@ -24,8 +24,10 @@
 //!
 //! A trace ([`crate::trace`]) is the expanded form of a workload.
 
+use crate::settings::{Scalar, Scope, Settings, Table};
 pub use crate::units::Size;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use thiserror::Error;
 
 /// A workload or trace that cannot be used.
@@ -242,6 +244,43 @@ pub struct Workload {
     #[serde(rename = "job")]
     /// The jobs.
     pub jobs: Vec<Job>,
+    /// Engine settings (`[engine]`: profile, tunables by their kernel
+    /// names, file-layer settings; see [`crate::settings`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub engine: Table,
+    /// ext4 settings (`[ext4]`: `mkfs`, `mount`, /sys/fs/ext4 knobs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ext4: Table,
+    /// XFS settings (`[xfs]`: `mkfs`, `mount`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xfs: Table,
+    /// btrfs settings (`[btrfs]`: `mkfs`, `mount`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub btrfs: Table,
+    /// Settings to sweep (`[sweep]`: `"engine.mb_max_to_scan" = [50, 200]`):
+    /// the workload runs once per combination of values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sweep: BTreeMap<String, Vec<Scalar>>,
+}
+
+impl Default for Workload {
+    /// No jobs yet, the default volume and block size.
+    fn default() -> Self {
+        Workload {
+            name: "workload".into(),
+            volume: default_volume(),
+            block_size: default_block(),
+            interleave: Interleave::default(),
+            image: None,
+            seconds: None,
+            jobs: Vec::new(),
+            engine: Table::new(),
+            ext4: Table::new(),
+            xfs: Table::new(),
+            btrfs: Table::new(),
+            sweep: BTreeMap::new(),
+        }
+    }
 }
 
 fn default_volume() -> Size {
@@ -265,8 +304,35 @@ impl Workload {
         toml::to_string(self).expect("a workload always serializes")
     }
 
+    /// The settings of the `[engine]`, `[ext4]`, `[xfs]` and `[btrfs]` tables.
+    pub fn settings(&self) -> Result<Settings, WorkloadError> {
+        use crate::mount::KernelFs;
+        Settings::from_tables(&[
+            (Scope::Engine, &self.engine),
+            (Scope::Kernel(KernelFs::Ext4), &self.ext4),
+            (Scope::Kernel(KernelFs::Xfs), &self.xfs),
+            (Scope::Kernel(KernelFs::Btrfs), &self.btrfs),
+        ])
+        .map_err(|e| WorkloadError::Invalid { name: self.name.clone(), why: e.to_string() })
+    }
+
+    /// The `[sweep]` table as `(key, values)`, each value checked.
+    pub fn sweeps(&self) -> Result<Vec<(String, Vec<String>)>, WorkloadError> {
+        self.sweep
+            .iter()
+            .map(|(k, vs)| {
+                let values: Vec<String> = vs.iter().map(ToString::to_string).collect();
+                crate::settings::check_sweep(k, &values)
+                    .map_err(|e| WorkloadError::Invalid { name: self.name.clone(), why: e.to_string() })?;
+                Ok((k.clone(), values))
+            })
+            .collect()
+    }
+
     /// Reject what no backend could run.
     pub fn validate(&self) -> Result<(), WorkloadError> {
+        self.settings()?;
+        self.sweeps()?;
         let bad = |why: String| Err(WorkloadError::Invalid { name: self.name.clone(), why });
         if !self.block_size.is_power_of_two() || !(1024..=65536).contains(&self.block_size) {
             return bad(format!("block_size {} is not a power of two from 1024 to 65536", self.block_size));
@@ -415,6 +481,22 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn settings_tables_and_sweeps_parse() {
+        let w = Workload::from_toml(&format!(
+            "{APPENDERS}\n[engine]\nmb_optimize_scan = 0\nprofile = 'kernel'\n[ext4]\nmount = 'nodelalloc'\nmb_max_to_scan = 50\n\
+             [sweep]\n'engine.mb_max_to_scan' = [50, 200]"
+        ))
+        .unwrap();
+        let s = w.settings().unwrap();
+        assert_eq!(
+            s.describe(),
+            "engine.mb_optimize_scan=0, engine.profile=kernel, ext4.mb_max_to_scan=50, ext4.mount=nodelalloc"
+        );
+        assert_eq!(w.sweeps().unwrap(), [("engine.mb_max_to_scan".to_string(), vec!["50".to_string(), "200".into()])]);
+        assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w);
+    }
+
+    #[test]
     fn toml_round_trips() {
         let w = Workload::from_toml(APPENDERS).unwrap();
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w);
@@ -430,6 +512,9 @@ pub(crate) mod tests {
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'write' }]",
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'teleport' }]",
             "name = 'x'\n[[job]]\nname = 'j'\nclones = 0\nsteps = []",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[engine]\nmb_max_to_scam = 5",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[sweep]\n'engine.mb_max_to_scan' = [50, 0]",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[sweep]\n'engine.mb_max_to_scan' = []",
         ] {
             assert!(Workload::from_toml(bad).is_err(), "{bad}");
         }

@@ -34,6 +34,7 @@ fn every_scenario_runs_on_the_engine_and_the_json_has_its_keys() {
     for s in scenarios::ALL {
         let r = (s.run)(&env);
         assert!(!r.rows.is_empty(), "{} produced no rows: {:?}", s.name, r.notes);
+        assert!(!r.plots.is_empty(), "{} has no plot", s.name);
         assert!(r.rows.iter().all(|row| row.backend == "engine"));
         report.scenarios.push(r);
     }
@@ -204,4 +205,24 @@ fn cpu_fairness_compares_rates_per_cpu_second() {
     assert_eq!(r.cpu_fairness(), Some(0.5));
     assert_eq!(runner::RunStats { cpu_ns: vec![], ..r.clone() }.cpu_fairness(), None);
     assert_eq!(runner::RunStats { cpu_ns: vec![0, 5], ..r }.cpu_fairness(), None);
+}
+
+#[test]
+fn settings_reach_every_engine_row() {
+    let per_file = |env: &Env| {
+        let r = scenarios::fio_falloc::run(env);
+        assert_eq!(r.statistics.as_deref(), Some("mb_stats=0 on every backend"));
+        r.rows
+            .iter()
+            .find(|row| row.variant == "per-file placement, optimize_scan=1")
+            .and_then(|row| row.num("avg_extents_per_file"))
+            .expect("the per-file row")
+    };
+    let own = per_file(&engine_env());
+    let mut s = mballoc_lab::settings::Settings::default();
+    s.set_str("engine.stream_placement=kernel").unwrap();
+    let forced = per_file(&engine_env().with_settings(s));
+    // ext4's placement of interleaved appends splits every file into many
+    // extents; the engine's own keeps each in a few.
+    assert!(own <= 8.0 && forced > 2.0 * own, "own {own}, with ext4 placement forced {forced}");
 }

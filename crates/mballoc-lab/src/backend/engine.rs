@@ -26,11 +26,28 @@ enum Engine {
 }
 
 /// A volume file removed when the target goes.
-pub struct VolumeFile(pub PathBuf);
+pub struct VolumeFile {
+    path: PathBuf,
+    _guard: crate::cleanup::Guard,
+}
+
+impl VolumeFile {
+    /// The volume file at `path`, removed on drop (or when the run is
+    /// interrupted).
+    pub fn new(path: PathBuf) -> VolumeFile {
+        let guard = crate::cleanup::register(crate::cleanup::Resource::File(path.clone()));
+        VolumeFile { path, _guard: guard }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
 
 impl Drop for VolumeFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -239,7 +256,10 @@ impl Target for EngineTarget {
     }
 
     fn counters(&self) -> Option<AllocCounters> {
-        Some(AllocCounters::from_stats(&self.fs().allocator().stats()))
+        let fs = self.fs().stats();
+        Some(
+            AllocCounters::from_stats(&self.fs().allocator().stats()).with_pa_hits(fs.inode_pa_hits + fs.group_pa_hits),
+        )
     }
 
     fn mb_stats_text(&self) -> Option<String> {

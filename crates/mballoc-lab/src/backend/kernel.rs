@@ -30,10 +30,6 @@ impl KernelTarget {
     pub fn new(mount: Mount, names: Vec<String>, block_size: u32) -> Result<Self, LabError> {
         let root = mount.dir().join("lab");
         std::fs::create_dir_all(&root).map_err(|e| LabError::io(root.display().to_string(), e))?;
-        if mount.fs() == KernelFs::Ext4 {
-            // Statistics are off by default; the lab reads them.
-            mount.set_ext4_knob("mb_stats", "1")?;
-        }
         Ok(KernelTarget {
             mount,
             root,

@@ -6,8 +6,12 @@ use mballoc::MbStats;
 /// The allocator's counters, from the engine or from ext4's mb_stats file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AllocCounters {
-    /// Allocator requests (ext4: every block request, preallocation hits included).
+    /// Block requests as ext4's `reqs` counts them: every allocation
+    /// context released, preallocation hits included.
     pub reqs: u64,
+    /// Requests that reached the allocator's passes (successes per pass
+    /// summed: ext4 counts no other way to tell preallocation hits apart).
+    pub allocator_reqs: u64,
     /// Free extents measured.
     pub extents_scanned: u64,
     /// Groups scanned under their lock.
@@ -21,16 +25,26 @@ pub struct AllocCounters {
 }
 
 impl AllocCounters {
-    /// The engine's statistics, as ext4's mb_stats file would give them.
+    /// The allocator's statistics, as ext4's mb_stats file would give them
+    /// for the allocator alone (a file layer adds its preallocation hits
+    /// with [`AllocCounters::with_pa_hits`]).
     pub fn from_stats(s: &MbStats) -> Self {
         AllocCounters {
             reqs: s.reqs,
+            allocator_reqs: s.cr_hits.iter().sum(),
             extents_scanned: s.extents_scanned,
             groups_scanned: s.groups_scanned,
             goal_hits: s.goal_hits,
             breaks: s.breaks,
             cr_hits: s.cr_hits,
         }
+    }
+
+    /// Count `hits` requests served from preallocations into `reqs`, as
+    /// ext4 counts them.
+    pub fn with_pa_hits(mut self, hits: u64) -> Self {
+        self.reqs += hits;
+        self
     }
 
     /// Parse /proc/fs/ext4/DEV/mb_stats (6.5+ layouts; older kernels name
@@ -71,6 +85,7 @@ impl AllocCounters {
                 _ => {}
             }
         }
+        c.allocator_reqs = c.cr_hits.iter().sum();
         seen.then_some(c)
     }
 
@@ -82,6 +97,7 @@ impl AllocCounters {
         }
         AllocCounters {
             reqs: self.reqs.saturating_sub(before.reqs),
+            allocator_reqs: self.allocator_reqs.saturating_sub(before.allocator_reqs),
             extents_scanned: self.extents_scanned.saturating_sub(before.extents_scanned),
             groups_scanned: self.groups_scanned.saturating_sub(before.groups_scanned),
             goal_hits: self.goal_hits.saturating_sub(before.goal_hits),
@@ -100,7 +116,7 @@ mod tests {
     #[test]
     fn parses_the_kernels_mb_stats() {
         let c = AllocCounters::parse_mb_stats(MB_STATS_617).unwrap();
-        assert_eq!(c.reqs, 10);
+        assert_eq!((c.reqs, c.allocator_reqs), (10, 10));
         assert_eq!(c.groups_scanned, 4);
         assert_eq!(c.extents_scanned, 77);
         assert_eq!(c.cr_hits, [3, 1, 2, 0, 4]);

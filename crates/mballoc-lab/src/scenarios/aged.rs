@@ -6,10 +6,10 @@
 //! optimize_scan, the default vs a tuned preallocation table, with and
 //! without Lustre's pass-skipping thresholds.
 
-use super::{engine, fill_and_punch, for_each_variant, kernel_variants, layout_metrics, measure, Env, Variant};
+use super::{engine, fill_and_punch, for_each_variant, kernel_variants, layout_metrics, measure, Env, Stats, Variant};
 use crate::backend::{EngineTarget, Target, WriteMode};
 use crate::error::{Context, LabError};
-use crate::report::{col, Row, ScenarioReport};
+use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::runner;
 use crate::workload::{Interleave, Job, Op, OpKind, Size, Step, Workload};
 use mballoc::{BestAvailFloor, OptimizeScan, Tunables};
@@ -51,6 +51,7 @@ pub fn workload(volume: u64, write: u64) -> Workload {
                 repeat: 1,
             },
         ],
+        ..Default::default()
     }
 }
 
@@ -77,10 +78,13 @@ fn write_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<P
     if let (Some(b), Some(a)) = (before, t.counters()) {
         let d = a.since(&b);
         row.set("reqs", d.reqs)
+            .set("allocator_reqs", d.allocator_reqs)
             .set("extents_scanned_per_request", (d.extents_scanned as f64 / d.reqs.max(1) as f64 * 10.0).round() / 10.0)
             .set("breaks", d.breaks);
     } else {
-        row.set("reqs", "n/a").set("extents_scanned_per_request", "n/a").set("breaks", "n/a");
+        for k in ["reqs", "allocator_reqs", "extents_scanned_per_request", "breaks"] {
+            row.set(k, "n/a");
+        }
     }
     layout_metrics(&mut row, t, w.block_size, |n| n.starts_with("dd."));
     let ext = row.metrics.get("avg_extents_per_file").cloned().unwrap_or_default();
@@ -183,6 +187,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("aged_vs_fresh", "aged/fresh", 3),
             col("extents", "extents", 0),
             col("reqs", "requests", 0),
+            col("allocator_reqs", "allocator reqs", 0),
             col("extents_scanned_per_request", "scanned/request", 1),
             col("breaks", "breaks", 0),
         ],
@@ -234,7 +239,7 @@ pub fn run(env: &Env) -> ScenarioReport {
         env,
         &[("optimize_scan", "mb_optimize_scan=1"), ("linear scan", "mb_optimize_scan=0")],
     ));
-    for_each_variant(env, &mut rep, &variants, |v, rep| {
+    for_each_variant(env, &mut rep, Stats::On, &variants, |v, rep| {
         rep.rows.push(pair(env, &w, v)?);
         Ok(())
     });
@@ -242,5 +247,15 @@ pub fn run(env: &Env) -> ScenarioReport {
         "each phase runs {RUNS} times (the file removed between runs) and the fastest counts; rows not \"on a device\" move no data, so their ratio is of allocation work alone"
     ));
     rep.notes.push("thresholds: Lustre's mb_c1/c2/c3_threshold at 25/15/5% free (seed 003's 75/85/95% full)".into());
+    rep.plots.push(Plot::bars(
+        "aged: write speed on the aged volume as a share of the fresh one",
+        "aged_vs_fresh",
+        "aged MiB/s / fresh MiB/s (1 = no slowdown)",
+    ));
+    rep.plots.push(Plot::bars(
+        "aged: extents measured per allocation request",
+        "extents_scanned_per_request",
+        "extents scanned per request (ext4's request count)",
+    ));
     rep
 }

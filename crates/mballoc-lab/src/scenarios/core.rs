@@ -42,11 +42,16 @@ pub fn run_fallocate2(env: &Env) -> ScenarioReport {
             rep.rows.push(row);
         }
     }
-    rep.plots.push(Plot::Lines {
-        title: "allocator fallocate2: ops/s by workers".into(),
-        x: "workers",
-        y: "ops_per_s",
-    });
+    rep.plots.push(
+        Plot::lines(
+            "allocator fallocate2: ops/s by workers",
+            "workers",
+            "workers (threads)",
+            "ops_per_s",
+            "operations per second, all workers",
+        )
+        .split_by("mb_stats"),
+    );
     rep
 }
 
@@ -87,5 +92,11 @@ pub fn fragmented(groups: u32, requests: u64, seed: u64) -> ScenarioReport {
             rep.sections.push(("mb_stats (optimize_scan on)".into(), r.mb_stats));
         }
     }
+    rep.plots.push(Plot::bars("fragmented volume: time per request", "ns_per_request", "nanoseconds per request"));
+    rep.plots.push(Plot::bars(
+        "fragmented volume: groups scanned per request",
+        "groups_scanned_per_request",
+        "groups scanned under their lock, per request",
+    ));
     rep
 }

@@ -5,12 +5,13 @@
 //! the reason, and its other variants are passed over too; a variant that
 //! fails leaves a note naming it and the cause.
 
-use super::targets::{engine_with_files, kernel_with_files, persistent_volume, with_stats};
+use super::targets::{engine_with_files, kernel_with_files_mkfs, persistent_volume};
 use super::Env;
 use crate::backend::{BackendKind, EngineTarget, Target, VolumeFile, WriteMode};
 use crate::error::{chain, LabError};
 use crate::mount::{KernelFs, Mount};
 use crate::report::ScenarioReport;
+use crate::settings::Settings;
 use crate::workload::Workload;
 use mballoc_fs::FsConfig;
 use mballoc_vol::MountOptions;
@@ -18,6 +19,33 @@ use std::sync::Arc;
 
 /// A change to the engine's configuration.
 pub type Tweak = Arc<dyn Fn(&mut FsConfig) + Send + Sync>;
+
+/// Whether the allocators count what they do (`mb_stats`): one setting
+/// for every backend of a scenario, so no row pays for counting that
+/// another row does not. ext4's counters are atomics on the allocation
+/// path; the engine's are per-CPU, but the rule is the same for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stats {
+    /// `mb_stats=1`: the scenario reads the counters.
+    On,
+    /// `mb_stats=0`: the kernel's default, for throughput rows.
+    Off,
+}
+
+impl Stats {
+    /// The sysfs value.
+    pub fn value(self) -> &'static str {
+        match self {
+            Stats::On => "1",
+            Stats::Off => "0",
+        }
+    }
+
+    /// What the report says.
+    pub fn describe(self) -> String {
+        format!("mb_stats={} on every backend", self.value())
+    }
+}
 
 /// Where an engine variant keeps its volume.
 #[derive(Clone)]
@@ -39,6 +67,8 @@ enum Setup {
 pub struct Variant {
     label: String,
     setup: Setup,
+    stats: Stats,
+    settings: Arc<Settings>,
 }
 
 impl Variant {
@@ -47,12 +77,19 @@ impl Variant {
         Variant {
             label: label.into(),
             setup: Setup::Engine { write_mode: WriteMode::Delalloc, storage: Storage::Memory, tweak: Arc::new(tweak) },
+            stats: Stats::On,
+            settings: Arc::default(),
         }
     }
 
     /// A kernel file system mounted with `options` (as `mount -o`).
     pub fn kernel(fs: KernelFs, label: impl Into<String>, options: &str) -> Variant {
-        Variant { label: label.into(), setup: Setup::Kernel { fs, options: options.into(), knobs: Vec::new() } }
+        Variant {
+            label: label.into(),
+            setup: Setup::Kernel { fs, options: options.into(), knobs: Vec::new() },
+            stats: Stats::On,
+            settings: Arc::default(),
+        }
     }
 
     /// The engine on a persistent volume, mounted with default options.
@@ -97,12 +134,43 @@ impl Variant {
         &self.label
     }
 
+    /// This variant as a scenario runs it: with its statistics setting and
+    /// the run's settings laid over its own.
+    pub fn under(mut self, stats: Stats, settings: Arc<Settings>) -> Variant {
+        self.stats = stats;
+        self.settings = settings;
+        self
+    }
+
     /// Apply this variant's engine configuration to `cfg` (nothing for a
-    /// kernel variant).
+    /// kernel variant): its own tweak, the statistics setting, then the
+    /// run's settings.
     pub fn configure(&self, cfg: &mut FsConfig) {
         if let Setup::Engine { tweak, .. } = &self.setup {
             tweak(cfg);
+            cfg.tunables.mb_stats = self.stats == Stats::On;
+            self.settings.apply_engine(cfg);
         }
+    }
+
+    /// Mount options: the variant's, then the run's.
+    fn mount_options(&self, fs: KernelFs, own: &str) -> String {
+        match self.settings.mount_options(fs) {
+            Some(extra) if own.is_empty() => extra.to_string(),
+            Some(extra) => format!("{own},{extra}"),
+            None => own.to_string(),
+        }
+    }
+
+    /// sysfs knobs: statistics, the variant's, then the run's.
+    fn all_knobs(&self, fs: KernelFs, own: &[(String, String)]) -> Vec<(String, String)> {
+        if fs != KernelFs::Ext4 {
+            return Vec::new();
+        }
+        let mut v = vec![("mb_stats".to_string(), self.stats.value().to_string())];
+        v.extend(own.iter().cloned());
+        v.extend(self.settings.knobs(fs));
+        v
     }
 
     /// A fresh target for workload `w`.
@@ -113,28 +181,25 @@ impl Variant {
     /// A fresh target for workload `w` whose file slots are `names`.
     pub fn target_with_files(&self, w: &Workload, names: Vec<String>) -> Result<Box<dyn Target>, LabError> {
         match &self.setup {
-            Setup::Engine { write_mode, storage: Storage::Memory, tweak } => {
-                Ok(Box::new(engine_with_files(w, names, *write_mode, |c| tweak(c))?))
+            Setup::Engine { write_mode, storage: Storage::Memory, .. } => {
+                let mode = self.settings.write_mode().unwrap_or(*write_mode);
+                Ok(Box::new(engine_with_files(w, names, mode, |c| self.configure(c))?))
             }
-            Setup::Engine { storage: Storage::Device(opts), tweak, .. } => {
+            Setup::Engine { storage: Storage::Device(opts), .. } => {
                 if w.image.is_some() {
                     return Err(LabError::Invalid("a persistent volume starts empty, not from an ext4 image".into()));
                 }
-                let (vol, file) = persistent_volume(w.volume.0, w.block_size, opts.clone(), with_stats(|c| tweak(c)))?;
+                let (vol, file) = persistent_volume(w.volume.0, w.block_size, opts.clone(), |c| self.configure(c))?;
                 Ok(Box::new(EngineTarget::persistent(vol, file, names)))
             }
             Setup::Kernel { fs, options, knobs } => {
                 // Whatever stops the file system from being made or
                 // mounted here makes the backend unavailable.
-                let t = kernel_with_files(*fs, w, names, options).map_err(|e| {
-                    if e.is_unavailable() {
-                        e
-                    } else {
-                        LabError::Unavailable(chain(&e))
-                    }
-                })?;
-                for (name, value) in knobs {
-                    t.mount().set_ext4_knob(name, value)?;
+                let options = self.mount_options(*fs, options);
+                let mkfs = self.settings.mkfs_args(*fs);
+                let t = kernel_with_files_mkfs(*fs, w, names, &options, &mkfs).map_err(unavailable)?;
+                for (name, value) in self.all_knobs(*fs, knobs) {
+                    t.mount().set_ext4_knob(&name, &value)?;
                 }
                 Ok(Box::new(t))
             }
@@ -145,8 +210,8 @@ impl Variant {
     /// kept on a device, for scenarios that drive the volume itself.
     pub fn engine_volume(&self, bytes: u64, block_size: u32) -> Result<(mballoc_vol::Volume, VolumeFile), LabError> {
         match &self.setup {
-            Setup::Engine { storage: Storage::Device(opts), tweak, .. } => {
-                persistent_volume(bytes, block_size, opts.clone(), |c| tweak(c))
+            Setup::Engine { storage: Storage::Device(opts), .. } => {
+                persistent_volume(bytes, block_size, opts.clone(), |c| self.configure(c))
             }
             _ => Err(LabError::Invalid(format!("variant {:?} is not an engine on a device", self.label))),
         }
@@ -157,15 +222,11 @@ impl Variant {
     pub fn kernel_mount(&self, bytes: u64, block_size: u32) -> Result<Mount, LabError> {
         match &self.setup {
             Setup::Kernel { fs, options, knobs } => {
-                let m = Mount::new(*fs, bytes, block_size, options).map_err(|e| {
-                    if e.is_unavailable() {
-                        e
-                    } else {
-                        LabError::Unavailable(chain(&e))
-                    }
-                })?;
-                for (name, value) in knobs {
-                    m.set_ext4_knob(name, value)?;
+                let options = self.mount_options(*fs, options);
+                let mkfs = self.settings.mkfs_args(*fs);
+                let m = Mount::with_mkfs(*fs, bytes, block_size, &options, &mkfs).map_err(unavailable)?;
+                for (name, value) in self.all_knobs(*fs, knobs) {
+                    m.set_ext4_knob(&name, &value)?;
                 }
                 Ok(m)
             }
@@ -173,6 +234,16 @@ impl Variant {
                 Err(LabError::Invalid(format!("variant {:?} is not a kernel file system", self.label)))
             }
         }
+    }
+}
+
+/// Whatever stops a kernel file system from being made or mounted here
+/// makes its backend unavailable.
+fn unavailable(e: LabError) -> LabError {
+    if e.is_unavailable() {
+        e
+    } else {
+        LabError::Unavailable(chain(&e))
     }
 }
 
@@ -188,16 +259,21 @@ pub fn kernel_variants(env: &Env, ext4: &[(&str, &str)]) -> Vec<Variant> {
         .collect()
 }
 
-/// Run `each` for every variant whose backend was asked for, in order. A
-/// variant whose backend cannot run here marks the backend skipped (its
-/// later variants are passed over); any other failure becomes a note.
+/// Run `each` for every variant whose backend was asked for, in order,
+/// with statistics set to `stats` on every backend and the run's settings
+/// laid over each variant's own. A variant whose backend cannot run here
+/// marks the backend skipped (its later variants are passed over); any
+/// other failure becomes a note and is counted in the report.
 pub fn for_each_variant(
     env: &Env,
     rep: &mut ScenarioReport,
+    stats: Stats,
     variants: &[Variant],
     mut each: impl FnMut(&Variant, &mut ScenarioReport) -> Result<(), LabError>,
 ) {
+    rep.statistics = Some(stats.describe());
     for v in variants {
+        let v = &v.clone().under(stats, env.settings.clone());
         let backend = v.backend().name();
         if !env.wants(v.backend()) || rep.is_skipped(backend) {
             continue;
@@ -205,7 +281,10 @@ pub fn for_each_variant(
         match each(v, rep) {
             Ok(()) => {}
             Err(e) if e.is_unavailable() => rep.skip(backend, &e.to_string()),
-            Err(e) => rep.notes.push(format!("{backend} {}: {}", v.label(), chain(&e))),
+            Err(e) => {
+                rep.failures += 1;
+                rep.notes.push(format!("{backend} {}: {}", v.label(), chain(&e)));
+            }
         }
     }
 }

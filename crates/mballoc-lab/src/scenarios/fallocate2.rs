@@ -1,9 +1,11 @@
 //! Seed 000's will-it-scale `fallocate2`: each worker appends 8 KiB with
 //! `fallocate` up to 1 MiB, truncates to 0, repeats; one op is one
-//! fallocate call, the truncates inside the time. Engine scalable vs legacy
-//! (the seed's base) and the kernel file systems, by worker count.
+//! fallocate call, the truncates inside the time. The engine with the
+//! 2025 series' locks and its own placement, with the older locks alone,
+//! with ext4's placement alone, with both (the seed's base), and the kernel
+//! file systems, by worker count; statistics off on every backend.
 
-use super::{for_each_variant, kernel_variants, measure, Env, Variant};
+use super::{for_each_variant, kernel_variants, measure, Env, Stats, Variant};
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 use mballoc::Concurrency;
@@ -12,6 +14,12 @@ use mballoc_fs::StreamPlacement;
 /// One line for `lab list`.
 pub const ABOUT: &str =
     "seed 000's will-it-scale loop (8 KiB fallocate appends to 1 MiB, truncate, repeat) by workers: engine scalable vs legacy, kernel file systems";
+
+const SCALABLE: &str = "scalable locks, per-file placement";
+const LEGACY_LOCKING: &str = "legacy locks, per-file placement";
+const EXT4_PLACEMENT: &str = "scalable locks, ext4 placement";
+const LEGACY_BOTH: &str = "legacy locks, ext4 placement (seed's base)";
+const ON_DEVICE: &str = "scalable locks, per-file placement, journal";
 
 /// The workload for `workers` tasks over `seconds`.
 pub fn workload(workers: u32, seconds: f64, volume: u64) -> Workload {
@@ -30,6 +38,7 @@ pub fn workload(workers: u32, seconds: f64, volume: u64) -> Workload {
             steps: vec![Step::ranged(OpKind::Fallocate, 0, 8192, 128), Step::new(OpKind::Truncate)],
             repeat: 0,
         }],
+        ..Default::default()
     }
 }
 
@@ -77,23 +86,28 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
                 r.cpu_fairness().map_or("n/a".into(), |f| format!("{f:.2}"))
             ));
         }
-        let mut variants = vec![
-            Variant::engine("scalable", |cfg| {
-                cfg.concurrency = Concurrency::Scalable;
-                cfg.stream_placement = StreamPlacement::PerFile;
-                cfg.tunables.mb_stats = false;
-            }),
-            Variant::engine("legacy", |cfg| {
-                cfg.concurrency = Concurrency::Legacy;
-                cfg.stream_placement = StreamPlacement::Kernel;
-                cfg.tunables.mb_stats = false;
-            }),
-            // The same with the volume on a device: every truncate's frees
-            // and every fallocate's extents go through the journal.
-            Variant::engine("scalable+journal", |cfg| cfg.tunables.mb_stats = false).on_device(),
-        ];
+        // Locking and placement apart, then together: the pre-2025
+        // kernel's locks with the engine's placement, the engine's locks
+        // with ext4's placement, and both as the seed's base had them.
+        let mut variants: Vec<Variant> = [
+            (SCALABLE, Concurrency::Scalable, StreamPlacement::PerFile),
+            (LEGACY_LOCKING, Concurrency::Legacy, StreamPlacement::PerFile),
+            (EXT4_PLACEMENT, Concurrency::Scalable, StreamPlacement::Kernel),
+            (LEGACY_BOTH, Concurrency::Legacy, StreamPlacement::Kernel),
+        ]
+        .into_iter()
+        .map(|(label, locks, place)| {
+            Variant::engine(label, move |cfg| {
+                cfg.concurrency = locks;
+                cfg.stream_placement = place;
+            })
+        })
+        .collect();
+        // The same with the volume on a device: every truncate's frees
+        // and every fallocate's extents go through the journal.
+        variants.push(Variant::engine(ON_DEVICE, |_| {}).on_device());
         variants.extend(kernel_variants(env, &[("default", "")]));
-        for_each_variant(env, &mut rep, &variants, |v, rep| {
+        for_each_variant(env, &mut rep, Stats::Off, &variants, |v, rep| {
             let t = v.target(&w)?;
             let r = measure(env, &*t, &w, None, &format!("fallocate2 {} {} x{n}", v.backend().name(), v.label()))?;
             rep.rows.push(row(v.backend().name(), v.label(), n, &r));
@@ -107,20 +121,40 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
             .and_then(|r| r.num("ops_per_s"))
     };
     let top = *workers.last().expect("worker counts");
-    for (b, v) in [("engine", "scalable"), ("engine", "legacy"), ("engine", "scalable+journal"), ("ext4", "default")] {
+    for (b, v) in [
+        ("engine", SCALABLE),
+        ("engine", LEGACY_LOCKING),
+        ("engine", EXT4_PLACEMENT),
+        ("engine", LEGACY_BOTH),
+        ("engine", ON_DEVICE),
+        ("ext4", "default"),
+    ] {
         if let (Some(one), Some(many)) = (total(b, v, 1), total(b, v, top)) {
             rep.notes.push(format!("{b} {v}: {top} workers give {:.2}x the 1-worker total", many / one));
         }
     }
-    if let (Some(e), Some(k)) = (total("engine", "scalable", 1), total("ext4", "default", 1)) {
+    if let (Some(e), Some(k)) = (total("engine", SCALABLE, 1), total("ext4", "default", 1)) {
         rep.notes.push(format!(
             "1 worker: engine {:.1}x kernel ext4 (in-process calls vs system calls on a loop-mounted image)",
             e / k
         ));
     }
-    if let (Some(e), Some(k)) = (total("engine", "scalable+journal", 1), total("ext4", "default", 1)) {
+    if let (Some(e), Some(k)) = (total("engine", ON_DEVICE, 1), total("ext4", "default", 1)) {
         rep.notes.push(format!("1 worker, journal in the path: engine {:.1}x kernel ext4", e / k));
     }
-    rep.plots.push(Plot::Lines { title: "fallocate2: total ops/s by workers".into(), x: "workers", y: "ops_per_s" });
+    rep.plots.push(Plot::lines(
+        "fallocate2: total ops/s by workers",
+        "workers",
+        "workers (threads)",
+        "ops_per_s",
+        "fallocate calls per second, all workers",
+    ));
+    rep.plots.push(Plot::lines(
+        "fallocate2: fairness by workers",
+        "workers",
+        "workers (threads)",
+        "cpu_min_max",
+        "slowest / fastest worker, per CPU-second",
+    ));
     rep
 }

@@ -3,7 +3,9 @@
 //! table (bandwidth, free extents, extents per file, e4defrag's score) for
 //! optimize_scan on and off.
 
-use super::{for_each_variant, free_metrics, histogram_lines, kernel_variants, layout_metrics, measure, Env, Variant};
+use super::{
+    for_each_variant, free_metrics, histogram_lines, kernel_variants, layout_metrics, measure, Env, Stats, Variant,
+};
 use crate::backend::Target;
 use crate::error::LabError;
 use crate::report::{col, Plot, Row, ScenarioReport};
@@ -32,6 +34,7 @@ pub fn workload(jobs: u32, file_bytes: u64, volume: u64) -> Workload {
             steps: vec![Step::ranged(OpKind::Fallocate, 0, 4096, file_bytes / 4096)],
             repeat: 1,
         }],
+        ..Default::default()
     }
 }
 
@@ -73,21 +76,22 @@ pub fn run(env: &Env) -> ScenarioReport {
     );
     let mut variants = Vec::new();
     for (label, scan, place) in [
-        ("optimize_scan=1", OptimizeScan::On, StreamPlacement::PerFile),
-        ("optimize_scan=0", OptimizeScan::Off, StreamPlacement::PerFile),
-        ("ext4 placement", OptimizeScan::On, StreamPlacement::Kernel),
+        ("per-file placement, optimize_scan=1", OptimizeScan::On, StreamPlacement::PerFile),
+        ("per-file placement, optimize_scan=0", OptimizeScan::Off, StreamPlacement::PerFile),
+        ("ext4 placement, optimize_scan=1", OptimizeScan::On, StreamPlacement::Kernel),
+        ("ext4 placement, optimize_scan=0", OptimizeScan::Off, StreamPlacement::Kernel),
     ] {
         variants.push(Variant::engine(label, move |cfg| {
             cfg.tunables.mb_optimize_scan = scan;
             cfg.stream_placement = place;
         }));
     }
-    variants.push(Variant::engine("journal", |_| {}).on_device());
+    variants.push(Variant::engine("per-file placement, optimize_scan=1, journal", |_| {}).on_device());
     variants.extend(kernel_variants(
         env,
         &[("optimize_scan=1", "mb_optimize_scan=1"), ("optimize_scan=0", "mb_optimize_scan=0")],
     ));
-    for_each_variant(env, &mut rep, &variants, |v, rep| observe(env, &*v.target(&w)?, &w, v, rep));
+    for_each_variant(env, &mut rep, Stats::Off, &variants, |v, rep| observe(env, &*v.target(&w)?, &w, v, rep));
     let ext = |b: &str| {
         rep.rows
             .iter()

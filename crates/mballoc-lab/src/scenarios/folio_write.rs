@@ -6,7 +6,7 @@
 //! (4 KiB) and large (2 MiB) folios; kernel ext4 runs on a loop-mounted
 //! image in /dev/shm with its own folio policy.
 
-use super::{for_each_variant, Env, Variant};
+use super::{for_each_variant, Env, Stats, Variant};
 use crate::error::{Context, LabError};
 use crate::mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
@@ -128,7 +128,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             Variant::kernel(KernelFs::Ext4, "default", ""),
         ];
         for bs in SIZES {
-            for_each_variant(env, &mut rep, &variants, |v, rep| {
+            for_each_variant(env, &mut rep, Stats::Off, &variants, |v, rep| {
                 let backend = v.backend().name();
                 let bar = env.bar(0, format!("folio-write {backend} {} {} {} KiB", v.label(), mode.name(), bs >> 10));
                 let t = match v.backend() {
@@ -167,6 +167,19 @@ pub fn run(env: &Env) -> ScenarioReport {
         total(env, Mode::Cache) >> 20,
         total(env, Mode::Sync) >> 20
     ));
-    rep.plots.push(Plot::Lines { title: "folio-write: MiB/s by I/O size".into(), x: "bs_kib", y: "mib_per_s" });
+    for (mode, what) in
+        [("cache", "kept in the cache"), ("sync", "fsync after every write"), ("writeback", "fsync at the end")]
+    {
+        rep.plots.push(
+            Plot::lines(
+                &format!("folio-write, {mode} mode ({what}): MiB/s by write size"),
+                "bs_kib",
+                "bytes per write call (KiB)",
+                "mib_per_s",
+                "MiB written per second",
+            )
+            .only("mode", mode),
+        );
+    }
     rep
 }

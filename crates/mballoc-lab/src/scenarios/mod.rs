@@ -11,7 +11,7 @@ pub mod multiblock;
 pub mod small_files;
 mod targets;
 
-pub use driver::{for_each_variant, kernel_variants, Tweak, Variant};
+pub use driver::{for_each_variant, kernel_variants, Stats, Tweak, Variant};
 pub use targets::{
     engine, engine_with_files, kernel, kernel_with_files, open_image, persistent_engine, persistent_volume,
 };
@@ -39,6 +39,12 @@ pub struct Env {
     pub progress: MultiProgress,
     /// An ext4 image every volume starts from (see [`Env::start_from`]).
     pub image: Option<StartImage>,
+    /// Settings laid over every variant's own (`--set`, a workload's tables).
+    pub settings: std::sync::Arc<crate::settings::Settings>,
+    /// When the run began (progress lines give the time since).
+    pub started: std::time::Instant,
+    /// Progress as plain lines on stderr (not a terminal, so no bars).
+    pub plain_progress: bool,
 }
 
 /// An ext4 image checked once, to start scenarios from.
@@ -78,7 +84,31 @@ impl StartImage {
 impl Env {
     /// What every scenario of a run is given.
     pub fn new(quick: bool, seed: u64, backends: Vec<BackendKind>) -> Env {
-        Env { quick, seed, backends, progress: MultiProgress::new(), image: None }
+        use std::io::IsTerminal;
+        Env {
+            quick,
+            seed,
+            backends,
+            progress: MultiProgress::new(),
+            image: None,
+            settings: Default::default(),
+            started: std::time::Instant::now(),
+            plain_progress: !std::io::stderr().is_terminal(),
+        }
+    }
+
+    /// Say `what` on stderr with the time since the run began: progress
+    /// for a reader without a terminal (CI logs, `2> file`).
+    pub fn progress_line(&self, what: &str) {
+        if self.plain_progress {
+            eprintln!("[{:>7.1} s] {what}", self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Lay `settings` over every variant's own configuration.
+    pub fn with_settings(mut self, settings: crate::settings::Settings) -> Env {
+        self.settings = std::sync::Arc::new(settings);
+        self
     }
 
     /// Start every scenario's volumes from `image` instead of empty ones:
@@ -122,6 +152,7 @@ impl Env {
             ProgressStyle::with_template("{bar:30} {percent:>3}% {msg} [{elapsed}/{duration}]")
         };
         b.set_style(style.expect("valid template"));
+        self.progress_line(&msg);
         b.set_message(msg);
         b
     }

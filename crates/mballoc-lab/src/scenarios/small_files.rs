@@ -4,11 +4,11 @@
 //! with nodelalloc). Files/s, extents scanned and hits per pass, with and
 //! without CR_BEST_AVAIL_LEN (`mb_best_avail_max_trim_order` 3 vs 0).
 
-use super::{fill_and_punch, for_each_variant, layout_metrics, measure, Env, Variant};
+use super::{fill_and_punch, for_each_variant, layout_metrics, measure, Env, Stats, Variant};
 use crate::backend::{AllocCounters, Target, WriteMode};
 use crate::error::LabError;
 use crate::mount::KernelFs;
-use crate::report::{col, Row, ScenarioReport};
+use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 
 /// One line for `lab list`.
@@ -40,6 +40,7 @@ pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
                 repeat: 1,
             },
         ],
+        ..Default::default()
     }
 }
 
@@ -63,12 +64,13 @@ fn observe(env: &Env, t: &dyn Target, w: &Workload, v: &Variant, rep: &mut Scena
         (Some(b), Some(a)) => {
             let d: AllocCounters = a.since(&b);
             row.set("reqs", d.reqs)
+                .set("allocator_reqs", d.allocator_reqs)
                 .set("extents_scanned", d.extents_scanned)
                 .set("groups_scanned", d.groups_scanned)
                 .set("cr_hits", d.cr_hits.to_vec());
         }
         _ => {
-            for k in ["reqs", "extents_scanned", "groups_scanned", "cr_hits"] {
+            for k in ["reqs", "allocator_reqs", "extents_scanned", "groups_scanned", "cr_hits"] {
                 row.set(k, "n/a");
             }
         }
@@ -96,6 +98,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("avg_free_extent_kib_before", "avg free KB", 0),
             col("files_per_s", "files/s", 0),
             col("reqs", "requests", 0),
+            col("allocator_reqs", "allocator reqs", 0),
             col("extents_scanned", "extents scanned", 0),
             col("groups_scanned", "groups scanned", 0),
             col("cr_hits", "hits p2/fast/best/slow/any", 0),
@@ -118,7 +121,17 @@ pub fn run(env: &Env) -> ScenarioReport {
             _ => variants.push(Variant::kernel(k, "default", "")),
         }
     }
-    for_each_variant(env, &mut rep, &variants, |v, rep| observe(env, &*v.target(&w)?, &w, v, rep));
+    for_each_variant(env, &mut rep, Stats::On, &variants, |v, rep| observe(env, &*v.target(&w)?, &w, v, rep));
     rep.notes.push("hits: requests served by CR_POWER2_ALIGNED / CR_GOAL_LEN_FAST / CR_BEST_AVAIL_LEN / CR_GOAL_LEN_SLOW / CR_ANY_FREE; ext4's come from /proc/fs/ext4/DEV/mb_stats".into());
+    rep.plots.push(Plot::bars(
+        "small files on a fragmented volume: files per second",
+        "files_per_s",
+        "files written per second",
+    ));
+    rep.plots.push(Plot::bars(
+        "small files on a fragmented volume: extents scanned",
+        "extents_scanned",
+        "free extents measured by the allocator, whole run",
+    ));
     rep
 }

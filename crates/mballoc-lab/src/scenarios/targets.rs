@@ -1,7 +1,8 @@
 //! Building what a workload runs on: an engine in memory (empty, or loaded
 //! from an ext4 image), an engine on a persistent volume, a loop-mounted
-//! kernel file system. Every engine the lab builds collects statistics:
-//! the scenarios read mb_stats and the scan counters.
+//! kernel file system. Every engine the lab builds here collects
+//! statistics (the scenarios' variants then set them as their comparison
+//! says, the same on every backend).
 
 use crate::backend::{EngineTarget, KernelTarget, VolumeFile, WriteMode};
 use crate::error::{Context, LabError};
@@ -74,7 +75,7 @@ pub fn persistent_volume(
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let path =
         volume_dir().join(format!("mballoc-lab-vol-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    let file = VolumeFile(path.clone());
+    let file = VolumeFile::new(path.clone());
     let dev = mballoc_vol::FileDevice::create_new(&path, bytes)?;
     let dev: Arc<dyn mballoc_vol::Device> = Arc::new(dev);
     let fo = mballoc_vol::FormatOptions { block_size, ..Default::default() };
@@ -109,14 +110,33 @@ pub fn kernel(fs: KernelFs, w: &Workload, options: &str) -> Result<KernelTarget,
 }
 
 /// A kernel file system of `w`'s shape (or a copy of its image) whose
-/// file slots are `names` (a trace's).
+/// file slots are `names` (a trace's), with ext4's statistics on.
 pub fn kernel_with_files(
     fs: KernelFs,
     w: &Workload,
     names: Vec<String>,
     options: &str,
 ) -> Result<KernelTarget, LabError> {
+    let t = kernel_with_files_mkfs(fs, w, names, options, &[])?;
+    if fs == KernelFs::Ext4 {
+        t.mount().set_ext4_knob("mb_stats", "1")?;
+    }
+    Ok(t)
+}
+
+/// As [`kernel_with_files`], made with `mkfs` arguments added to the
+/// lab's own, and no knob set.
+pub fn kernel_with_files_mkfs(
+    fs: KernelFs,
+    w: &Workload,
+    names: Vec<String>,
+    options: &str,
+    mkfs: &[String],
+) -> Result<KernelTarget, LabError> {
     let m = match (&w.image, fs) {
+        (Some(_), _) if !mkfs.is_empty() => {
+            return Err(LabError::Invalid("mkfs options cannot apply to a volume started from an image".into()))
+        }
         (Some(path), KernelFs::Ext4) => Mount::from_image(path, options)?,
         (Some(_), other) => {
             return Err(LabError::Unavailable(format!(
@@ -124,7 +144,7 @@ pub fn kernel_with_files(
                 other.name()
             )))
         }
-        (None, _) => Mount::new(fs, w.volume.0, w.block_size, options)?,
+        (None, _) => Mount::with_mkfs(fs, w.volume.0, w.block_size, options, mkfs)?,
     };
     KernelTarget::new(m, names, w.block_size)
 }

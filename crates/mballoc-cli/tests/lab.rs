@@ -1,0 +1,201 @@
+//! `mballoc lab` from the command line: settings from a workload's tables
+//! and `--set`, sweeps, repeats, CSV, the exit status when a workload
+//! fails everywhere, and (as root) the cleanup after an interrupt.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn mballoc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mballoc")).args(args).output().expect("runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mballoc-lab-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const APPENDERS: &str = r#"
+name = "appenders"
+volume = "256M"
+interleave = "in-turn"
+[[job]]
+name = "a"
+clones = 8
+setup = [{ op = "create" }]
+steps = [{ op = "fallocate", len = "4K", count = 256 }]
+[engine]
+mb_optimize_scan = 1
+"#;
+
+#[test]
+fn a_workload_runs_with_settings_sweeps_repeats_and_csv() {
+    let dir = scratch("sweep");
+    let wl = dir.join("w.toml");
+    std::fs::write(&wl, APPENDERS).unwrap();
+    let csv = dir.join("out.csv");
+    let out = dir.join("report");
+    let o = mballoc(&[
+        "lab",
+        "workload",
+        wl.to_str().unwrap(),
+        "--backends",
+        "engine",
+        "--set",
+        "engine.mb_max_to_scan=50",
+        "--sweep",
+        "engine.stream_placement=per-file,kernel",
+        "--repeat",
+        "2",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("settings over every row: engine.mb_optimize_scan=1, engine.mb_max_to_scan=50"), "{t}");
+    assert!(t.contains("engine.stream_placement"), "the swept setting is a column: {t}");
+    // Progress without a terminal: one line per scenario run.
+    assert!(t.contains("scenario 1 of 1: appenders, engine.stream_placement=kernel, repeat 2 of 2"), "{t}");
+    let c = std::fs::read_to_string(&csv).unwrap();
+    assert!(c.starts_with("scenario,backend,variant,setting,repeat,metric,value\n"), "{c}");
+    for want in
+        ["engine.stream_placement=per-file,1,ops_per_s", "engine.stream_placement=kernel,2,avg_extents_per_file"]
+    {
+        assert!(c.contains(want), "{want} not in {c}");
+    }
+    // Per-file placement keeps the interleaved appenders in few extents;
+    // ext4's placement does not.
+    let extents = |placement: &str| -> f64 {
+        c.lines()
+            .filter(|l| l.contains(&format!("stream_placement={placement},")) && l.contains(",avg_extents_per_file,"))
+            .map(|l| l.rsplit(',').next().unwrap().parse::<f64>().unwrap())
+            .fold(0.0, f64::max)
+    };
+    assert!(extents("per-file") < extents("kernel"), "{c}");
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("by engine.stream_placement") || html.contains("<svg"), "plots");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_settings_are_refused_before_anything_runs() {
+    let dir = scratch("bad");
+    let wl = dir.join("w.toml");
+    std::fs::write(&wl, APPENDERS).unwrap();
+    let w = wl.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--set", "engine.mb_max_to_scam=5"], "no engine setting \"mb_max_to_scam\""),
+        (vec!["--set", "nodelalloc"], "not of the form scope.key=value"),
+        (vec!["--sweep", "engine.mb_max_to_scan=50,lots"], "\"lots\" is not a whole number"),
+        (vec!["--repeat", "0"], "0 is not in 1..=1000"),
+    ] {
+        let mut a = vec!["lab", "workload", w, "--backends", "engine"];
+        a.extend(args);
+        let o = mballoc(&a);
+        let t = text(&o);
+        assert!(!o.status.success(), "{a:?}: {t}");
+        assert!(t.contains(want), "{a:?}: {t}");
+        assert!(!t.contains("scenario 1 of"), "nothing ran: {t}");
+    }
+    let bad_table = APPENDERS.replace("mb_optimize_scan = 1", "mb_optimize_scan = 7");
+    std::fs::write(&wl, bad_table).unwrap();
+    let o = mballoc(&["lab", "workload", w, "--backends", "engine"]);
+    assert!(!o.status.success() && text(&o).contains("mb_optimize_scan"), "{}", text(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_workload_that_fails_on_every_backend_exits_nonzero() {
+    let dir = scratch("fail");
+    let wl = dir.join("w.toml");
+    // Writes to a file that was never created.
+    std::fs::write(
+        &wl,
+        "name = 'broken'\nvolume = '64M'\n[[job]]\nname = 'j'\nsteps = [{ op = 'write', len = '4K' }]\n",
+    )
+    .unwrap();
+    let o = mballoc(&["lab", "workload", wl.to_str().unwrap(), "--backends", "engine", "--out", dir.to_str().unwrap()]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("broken failed on every backend"), "{t}");
+    // Each error once, not repeated down its chain.
+    let line = t.lines().find(|l| l.contains("engine default profile:")).expect("the failure note");
+    assert_eq!(line.matches("not open").count(), 1, "{line}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn lab_settings_lists_every_key() {
+    let o = mballoc(&["lab", "settings"]);
+    assert!(o.status.success());
+    for key in ["engine.mb_max_to_scan", "engine.profile", "engine.prealloc_table", "SCOPE.mount", "ext4.KNOB"] {
+        assert!(text(&o).contains(key), "{key}");
+    }
+}
+
+fn lab_leftovers(pid: u32) -> Vec<String> {
+    let tag = format!("-{pid}-");
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.retain(|n| n.starts_with("mballoc-lab-") && n.contains(&tag));
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    v.extend(mounts.lines().filter(|l| l.contains("/dev/shm/mballoc-lab-") && l.contains(&tag)).map(String::from));
+    v
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_interrupted_run_leaves_no_mount_image_or_volume() {
+    let root = mballoc_lab::sys::is_root();
+    if !root || !Path::new("/sbin/mkfs.ext4").exists() && !Path::new("/usr/sbin/mkfs.ext4").exists() {
+        eprintln!("skipped: needs root and mkfs.ext4 for a loop-mounted ext4");
+        return;
+    }
+    let dir = scratch("sigint");
+    let wl = dir.join("w.toml");
+    std::fs::write(
+        &wl,
+        "name = 'long'\nvolume = '64M'\nseconds = 60\n[[job]]\nname = 'j'\nsetup = [{ op = 'create' }]\n\
+         steps = [{ op = 'fallocate', len = '4K', count = 64 }, { op = 'truncate' }]\nrepeat = 0\n",
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_mballoc"))
+        .args(["lab", "workload", wl.to_str().unwrap(), "--backends", "ext4", "--out", dir.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mounted = |pid| {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("/dev/shm/mballoc-lab-ext4-") && l.contains(&format!("-{pid}-")))
+    };
+    wait_for("the ext4 loop mount", Duration::from_secs(60), || mounted(pid));
+    let st = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("cleaning up") && err.contains("unmounted"), "{err}");
+    // The lazy unmount lets go of the loop device once the process's
+    // descriptors close, which they now have.
+    wait_for("the mount to go", Duration::from_secs(10), || lab_leftovers(pid).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

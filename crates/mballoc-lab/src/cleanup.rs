@@ -1,0 +1,98 @@
+//! What a lab run leaves behind if it is stopped half-way: loop mounts of
+//! kernel file systems, their images and the engine's volume files, all
+//! in /dev/shm, where they hold memory until removed.
+//!
+//! Each is registered for as long as it exists (a [`Guard`] unregisters
+//! it when dropped, after its owner has cleaned up in the ordinary way).
+//! On SIGINT or SIGTERM the command line calls [`clean_up`], which
+//! unmounts every registered mount — lazily, since worker threads may
+//! still hold files open on it; the loop device is released when the
+//! process exits and its last descriptor closes — and removes every
+//! registered file and mount point.
+
+use parking_lot::Mutex;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Something to remove if the run is interrupted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resource {
+    /// A mount point: unmounted, then removed.
+    Mount(PathBuf),
+    /// A file: removed.
+    File(PathBuf),
+}
+
+static LIVE: Mutex<Vec<(u64, Resource)>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// Keeps a resource registered; dropping it unregisters (the owner has
+/// cleaned up itself).
+#[derive(Debug)]
+pub struct Guard(u64);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        LIVE.lock().retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Register `r` until the guard is dropped.
+pub fn register(r: Resource) -> Guard {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    LIVE.lock().push((id, r));
+    Guard(id)
+}
+
+/// What is registered now, oldest first.
+pub fn live() -> Vec<Resource> {
+    LIVE.lock().iter().map(|(_, r)| r.clone()).collect()
+}
+
+/// Unmount and remove everything registered: mounts first, newest first,
+/// then files. Returns one line per resource, saying what was done.
+pub fn clean_up() -> Vec<String> {
+    let all: Vec<Resource> = std::mem::take(&mut *LIVE.lock()).into_iter().map(|(_, r)| r).collect();
+    let mut said = Vec::new();
+    for r in all.iter().rev() {
+        if let Resource::Mount(dir) = r {
+            let ok = Command::new("umount").arg("-l").arg(dir).status().is_ok_and(|s| s.success());
+            let _ = std::fs::remove_dir(dir);
+            said.push(format!("{} {}", if ok { "unmounted" } else { "could not unmount" }, dir.display()));
+        }
+    }
+    for r in &all {
+        if let Resource::File(path) = r {
+            if remove(path) {
+                said.push(format!("removed {}", path.display()));
+            }
+        }
+    }
+    said
+}
+
+fn remove(path: &Path) -> bool {
+    std::fs::remove_file(path).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guards_unregister_and_clean_up_removes_files() {
+        let dir = std::env::temp_dir();
+        let kept = dir.join(format!("mballoc-cleanup-test-{}", std::process::id()));
+        std::fs::write(&kept, b"x").unwrap();
+        let g = register(Resource::File(kept.clone()));
+        assert!(live().contains(&Resource::File(kept.clone())));
+        let said = clean_up();
+        assert!(said.iter().any(|l| l.contains("removed")), "{said:?}");
+        assert!(!kept.exists());
+        drop(g);
+        let other = register(Resource::File(dir.join("never-made")));
+        drop(other);
+        assert!(!live().iter().any(|r| matches!(r, Resource::File(p) if p.ends_with("never-made"))));
+    }
+}
