@@ -118,7 +118,9 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct Output {
-    /// Backends: engine, ext4, xfs, btrfs (kernel ones need root; skipped otherwise).
+    /// Backends: engine, ext4, xfs, btrfs, and mount (the engine through
+    /// `mballoc mount`, by system calls); all but engine need root and are
+    /// skipped with the reason otherwise.
     #[arg(long, value_delimiter = ',', default_value = "engine,ext4,xfs,btrfs")]
     backends: Vec<String>,
     /// Seed for every random choice.
@@ -266,7 +268,7 @@ fn backends(names: &[String]) -> Result<Vec<BackendKind>> {
         .iter()
         .map(|n| {
             BackendKind::parse(n.trim())
-                .with_context(|| format!("unknown backend {n:?}; choose from engine, ext4, xfs, btrfs"))
+                .with_context(|| format!("unknown backend {n:?}; choose from engine, ext4, xfs, btrfs, mount"))
         })
         .collect()
 }
@@ -603,6 +605,7 @@ impl Plan {
                 for r in 0..self.repeat {
                     let mut env = Env::new(quick, out.seed, self.backends.clone()).with_settings(settings.clone());
                     env.started = started;
+                    env.mount_program = std::env::current_exe().ok();
                     if let Some(img) = image {
                         env = env.start_from(img.clone());
                     }

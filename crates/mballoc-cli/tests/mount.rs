@@ -303,3 +303,38 @@ fn sigterm_unmounts_and_closes_the_volume() {
     assert_eq!(std::fs::read(mnt.join("kept")).unwrap(), vec![5u8; 70_000]);
     run(&["umount", mnt.to_str().unwrap()]);
 }
+
+#[test]
+fn the_lab_runs_scenarios_through_a_mount() {
+    if !fuse_ready("the_lab_runs_scenarios_through_a_mount") {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("mballoc-lab-mount-{}", std::process::id()));
+    let o = Command::new(BIN)
+        .args(["lab", "run", "fio-falloc", "--quick", "--backends", "engine,mount", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = doc["scenarios"][0]["rows"].as_array().unwrap();
+    let row = rows.iter().find(|r| r["backend"] == "mount").unwrap_or_else(|| panic!("no mount row: {doc}"));
+    let m = &row["metrics"];
+    // The layouts and free space come from the volume after an unmount:
+    // 64 files, each in a few extents, and the free space measured.
+    assert_eq!(m["files"], 64, "{row}");
+    assert!(m["max_extents"].as_u64().unwrap() <= 8, "{row}");
+    assert!(m["free_extents"].as_u64().unwrap() > 0, "{row}");
+    assert!(m["mib_per_s"].as_f64().unwrap() > 0.0, "{row}");
+    // Nothing is left mounted or on /dev/shm.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains("mballoc-lab-mount-"), "{mounts}");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mballoc-lab-mount-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -2,42 +2,28 @@
 //! calls: files in a directory of their own, FIEMAP for layouts, GETFSMAP
 //! for free space, ext4's mb_stats for the allocator's counters.
 
+use super::syscall::SyscallFiles;
 use super::{AllocCounters, OpError, Target};
 use crate::error::LabError;
 use crate::metrics::{FileLayout, FreeSpace, Record};
 use crate::mount::{KernelFs, Mount};
-use crate::sys::{self, FallocMode};
-use crate::workload::{Op, OpKind};
-use parking_lot::RwLock;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::sync::Arc;
+use crate::sys;
+use crate::workload::Op;
+use std::fs::File;
 
 /// A loop-mounted kernel file system as a backend.
 pub struct KernelTarget {
     // Fields drop in order: the open files before the mount.
-    files: Vec<RwLock<Option<Arc<File>>>>,
-    root: PathBuf,
-    names: Vec<String>,
+    files: SyscallFiles,
     block_size: u32,
-    zeros: Vec<u8>,
     mount: Mount,
 }
 
 impl KernelTarget {
     /// Files live in a directory of their own under the mount.
     pub fn new(mount: Mount, names: Vec<String>, block_size: u32) -> Result<Self, LabError> {
-        let root = mount.dir().join("lab");
-        std::fs::create_dir_all(&root).map_err(|e| LabError::io(root.display().to_string(), e))?;
-        Ok(KernelTarget {
-            mount,
-            root,
-            files: names.iter().map(|_| RwLock::new(None)).collect(),
-            names,
-            block_size,
-            zeros: vec![0; 1 << 20],
-        })
+        let files = SyscallFiles::new(mount.dir().join("lab"), names)?;
+        Ok(KernelTarget { mount, files, block_size })
     }
 
     /// The mounted file system.
@@ -50,78 +36,26 @@ impl KernelTarget {
         drop(self.files);
         self.mount.unmount()
     }
-
-    fn file(&self, slot: u32) -> Result<Arc<File>, OpError> {
-        self.files
-            .get(slot as usize)
-            .and_then(|f| f.read().clone())
-            .ok_or_else(|| OpError::Failed(format!("file {} is not open", self.name(slot))))
-    }
-
-    fn name(&self, slot: u32) -> &str {
-        self.names.get(slot as usize).map_or("?", String::as_str)
-    }
-
-    fn root_dir(&self) -> Result<File, LabError> {
-        File::open(&self.root).map_err(|e| LabError::io(self.root.display().to_string(), e))
-    }
 }
 
 impl Target for KernelTarget {
     fn apply(&self, op: &Op) -> Result<(), OpError> {
-        match op.kind {
-            OpKind::Create => {
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(self.root.join(self.name(op.file)))?;
-                let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
-                *slot.write() = Some(Arc::new(f));
-            }
-            OpKind::Fallocate => sys::fallocate(&*self.file(op.file)?, FallocMode::ExtendSize, op.offset, op.len)?,
-            OpKind::FallocateKeepSize => {
-                sys::fallocate(&*self.file(op.file)?, FallocMode::KeepSize, op.offset, op.len)?
-            }
-            OpKind::Punch => sys::fallocate(&*self.file(op.file)?, FallocMode::PunchHole, op.offset, op.len)?,
-            OpKind::Write => {
-                let f = self.file(op.file)?;
-                let mut at = 0;
-                while at < op.len {
-                    let n = (op.len - at).min(self.zeros.len() as u64) as usize;
-                    f.write_all_at(&self.zeros[..n], op.offset + at)?;
-                    at += n as u64;
-                }
-            }
-            OpKind::Truncate => self.file(op.file)?.set_len(op.offset)?,
-            OpKind::Fsync => self.file(op.file)?.sync_all()?,
-            OpKind::Close => {
-                if let Some(slot) = self.files.get(op.file as usize) {
-                    *slot.write() = None;
-                }
-            }
-            OpKind::Unlink => std::fs::remove_file(self.root.join(self.name(op.file)))?,
-        }
-        Ok(())
+        self.files.apply(op)
     }
 
     fn sync(&self) {
-        if let Ok(d) = self.root_dir() {
-            // Every file of this file system, and its journal.
-            let _ = sys::syncfs(&d);
-        }
+        self.files.sync()
     }
 
     fn available_bytes(&self) -> u64 {
-        self.root_dir().ok().and_then(|d| sys::statvfs(&d).ok()).map_or(0, |(free, _)| free)
+        self.files.available_bytes()
     }
 
     fn layouts(&self) -> Result<Vec<FileLayout>, LabError> {
         let bs = u64::from(self.block_size);
         let mut out = Vec::new();
-        for name in &self.names {
-            let path = self.root.join(name);
+        for name in self.files.names() {
+            let path = self.files.root().join(name);
             let f = match File::open(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -139,7 +73,7 @@ impl Target for KernelTarget {
 
     fn free_space(&self) -> Result<FreeSpace, LabError> {
         let bs = u64::from(self.block_size);
-        let recs = sys::getfsmap(&self.root_dir()?)
+        let recs = sys::getfsmap(&self.files.root_dir()?)
             .map_err(|e| LabError::io(format!("{} gives no free-space map (GETFSMAP)", self.mount.fs().name()), e))?;
         let mut runs: Vec<u64> = Vec::new();
         let mut end: Option<u64> = None;

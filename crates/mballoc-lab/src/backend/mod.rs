@@ -7,10 +7,13 @@
 mod engine;
 mod kernel;
 mod mb_stats;
+mod mounted;
+mod syscall;
 
 pub use engine::{EngineTarget, VolumeFile};
 pub use kernel::KernelTarget;
 pub use mb_stats::AllocCounters;
+pub use mounted::{MountCommand, MountedTarget};
 
 use crate::error::LabError;
 use crate::metrics::{FileLayout, FreeSpace};
@@ -26,15 +29,18 @@ pub enum BackendKind {
     Engine,
     /// A kernel file system on a loop device.
     Kernel(KernelFs),
+    /// The engine on a volume mounted by `mballoc mount`, by system calls.
+    Mounted,
 }
 
 impl BackendKind {
     /// All backends, in report order.
-    pub const ALL: [BackendKind; 4] = [
+    pub const ALL: [BackendKind; 5] = [
         BackendKind::Engine,
         BackendKind::Kernel(KernelFs::Ext4),
         BackendKind::Kernel(KernelFs::Xfs),
         BackendKind::Kernel(KernelFs::Btrfs),
+        BackendKind::Mounted,
     ];
 
     /// The name in `--backends` and in reports.
@@ -42,6 +48,7 @@ impl BackendKind {
         match self {
             BackendKind::Engine => "engine",
             BackendKind::Kernel(k) => k.name(),
+            BackendKind::Mounted => "mount",
         }
     }
 

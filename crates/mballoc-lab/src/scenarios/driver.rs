@@ -60,6 +60,7 @@ enum Storage {
 enum Setup {
     Engine { write_mode: WriteMode, storage: Storage, tweak: Tweak },
     Kernel { fs: KernelFs, options: String, knobs: Vec<(String, String)> },
+    Mounted { profile: &'static str },
 }
 
 /// One row's backend and configuration.
@@ -69,6 +70,7 @@ pub struct Variant {
     setup: Setup,
     stats: Stats,
     settings: Arc<Settings>,
+    mount_program: Option<std::path::PathBuf>,
 }
 
 impl Variant {
@@ -79,6 +81,7 @@ impl Variant {
             setup: Setup::Engine { write_mode: WriteMode::Delalloc, storage: Storage::Memory, tweak: Arc::new(tweak) },
             stats: Stats::On,
             settings: Arc::default(),
+            mount_program: None,
         }
     }
 
@@ -89,6 +92,21 @@ impl Variant {
             setup: Setup::Kernel { fs, options: options.into(), knobs: Vec::new() },
             stats: Stats::On,
             settings: Arc::default(),
+            mount_program: None,
+        }
+    }
+
+    /// The engine on a volume mounted by `mballoc mount` under `profile`
+    /// (`default` or `kernel`), driven by system calls. Of the run's engine
+    /// settings only `engine.profile` reaches it (the server takes no
+    /// others).
+    pub fn mounted(label: impl Into<String>, profile: &'static str) -> Variant {
+        Variant {
+            label: label.into(),
+            setup: Setup::Mounted { profile },
+            stats: Stats::On,
+            settings: Arc::default(),
+            mount_program: None,
         }
     }
 
@@ -126,6 +144,7 @@ impl Variant {
         match &self.setup {
             Setup::Engine { .. } => BackendKind::Engine,
             Setup::Kernel { fs, .. } => BackendKind::Kernel(*fs),
+            Setup::Mounted { .. } => BackendKind::Mounted,
         }
     }
 
@@ -136,9 +155,10 @@ impl Variant {
 
     /// This variant as a scenario runs it: with its statistics setting and
     /// the run's settings laid over its own.
-    pub fn under(mut self, stats: Stats, settings: Arc<Settings>) -> Variant {
+    pub fn under(mut self, stats: Stats, env: &Env) -> Variant {
         self.stats = stats;
-        self.settings = settings;
+        self.settings = env.settings.clone();
+        self.mount_program = env.mount_program.clone();
         self
     }
 
@@ -203,6 +223,17 @@ impl Variant {
                 }
                 Ok(Box::new(t))
             }
+            Setup::Mounted { profile } => {
+                if w.image.is_some() {
+                    return Err(LabError::Invalid("a mounted volume starts empty, not from an ext4 image".into()));
+                }
+                let program = self.mount_program.clone().ok_or_else(|| {
+                    LabError::Unavailable("runs only from the mballoc command (it starts `mballoc mount`)".into())
+                })?;
+                let profile = self.settings.get(crate::settings::Scope::Engine, "profile").unwrap_or(profile);
+                let command = crate::backend::MountCommand { program, profile: profile.to_string() };
+                Ok(Box::new(crate::backend::MountedTarget::new(command, w.volume.0, w.block_size, names)?))
+            }
         }
     }
 
@@ -230,7 +261,7 @@ impl Variant {
                 }
                 Ok(m)
             }
-            Setup::Engine { .. } => {
+            Setup::Engine { .. } | Setup::Mounted { .. } => {
                 Err(LabError::Invalid(format!("variant {:?} is not a kernel file system", self.label)))
             }
         }
@@ -247,16 +278,25 @@ fn unavailable(e: LabError) -> LabError {
     }
 }
 
-/// The kernel variants of a run: for ext4 one per `(label, mount options)`
-/// of `ext4`, for the others their defaults.
+/// The label of the engine mounted through FUSE.
+pub const MOUNTED: &str = "engine, default profile, through FUSE";
+
+/// The system-call variants of a run: for ext4 one per `(label, mount
+/// options)` of `ext4`, for the other kernel file systems their defaults,
+/// and the engine mounted through FUSE when `mount` was asked for.
 pub fn kernel_variants(env: &Env, ext4: &[(&str, &str)]) -> Vec<Variant> {
-    env.kernels()
+    let mut v: Vec<Variant> = env
+        .kernels()
         .into_iter()
         .flat_map(|k| match k {
             KernelFs::Ext4 => ext4.iter().map(|(label, opts)| Variant::kernel(k, *label, opts)).collect(),
             _ => vec![Variant::kernel(k, "default", "")],
         })
-        .collect()
+        .collect();
+    if env.wants(BackendKind::Mounted) {
+        v.push(Variant::mounted(MOUNTED, "default"));
+    }
+    v
 }
 
 /// Run `each` for every variant whose backend was asked for, in order,
@@ -273,7 +313,7 @@ pub fn for_each_variant(
 ) {
     rep.statistics = Some(stats.describe());
     for v in variants {
-        let v = &v.clone().under(stats, env.settings.clone());
+        let v = &v.clone().under(stats, env);
         let backend = v.backend().name();
         if !env.wants(v.backend()) || rep.is_skipped(backend) {
             continue;

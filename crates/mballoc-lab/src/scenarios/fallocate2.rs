@@ -128,6 +128,7 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
         ("engine", LEGACY_BOTH),
         ("engine", ON_DEVICE),
         ("ext4", "default"),
+        ("mount", super::MOUNTED),
     ] {
         if let (Some(one), Some(many)) = (total(b, v, 1), total(b, v, top)) {
             rep.notes.push(format!("{b} {v}: {top} workers give {:.2}x the 1-worker total", many / one));
@@ -141,6 +142,14 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
     }
     if let (Some(e), Some(k)) = (total("engine", ON_DEVICE, 1), total("ext4", "default", 1)) {
         rep.notes.push(format!("1 worker, journal in the path: engine {:.1}x kernel ext4", e / k));
+    }
+    for n in [1, top] {
+        if let (Some(m), Some(k)) = (total("mount", super::MOUNTED, n), total("ext4", "default", n)) {
+            rep.notes.push(format!(
+                "{n} worker(s), both by system calls: engine through FUSE {:.2}x kernel ext4 (a FUSE round trip per call)",
+                m / k
+            ));
+        }
     }
     rep.plots.push(Plot::lines(
         "fallocate2: total ops/s by workers",

@@ -99,6 +99,18 @@ pub fn run(env: &Env) -> ScenarioReport {
             .filter_map(|r| r.num("avg_extents_per_file"))
             .fold(f64::NAN, f64::min)
     };
+    let bw = |b: &str| {
+        rep.rows.iter().filter(|r| r.backend == b).filter_map(|r| r.num("mib_per_s")).fold(f64::NAN, f64::max)
+    };
+    let (m, k) = (bw("mount"), bw("ext4"));
+    if m.is_finite() && k.is_finite() && k > 0.0 {
+        rep.notes.push(format!(
+            "by system calls on both: engine through FUSE {:.2}x kernel ext4's bandwidth, {:.1} extents per file against {:.1}",
+            m / k,
+            ext("mount"),
+            ext("ext4")
+        ));
+    }
     let (e, k) = (ext("engine"), ext("ext4"));
     if e.is_finite() && k.is_finite() && k > 0.0 {
         rep.notes.push(format!("engine extents per file: {:.4} of ext4's (target: at most 1/10)", e / k));

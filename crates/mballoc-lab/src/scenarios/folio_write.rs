@@ -134,6 +134,8 @@ pub fn run(env: &Env) -> ScenarioReport {
                 let t = match v.backend() {
                     crate::backend::BackendKind::Engine => engine_row(v, mode, bs, bytes),
                     crate::backend::BackendKind::Kernel(_) => kernel_row(v, mode, bs, bytes),
+                    // Not among this scenario's variants.
+                    crate::backend::BackendKind::Mounted => unreachable!("folio-write has no mounted variant"),
                 };
                 bar.finish_and_clear();
                 rep.rows.push(row(backend, v.label(), mode, bs, bytes, t?));

@@ -11,7 +11,7 @@ pub mod multiblock;
 pub mod small_files;
 mod targets;
 
-pub use driver::{for_each_variant, kernel_variants, Stats, Tweak, Variant};
+pub use driver::{for_each_variant, kernel_variants, Stats, Tweak, Variant, MOUNTED};
 pub use targets::{
     engine, engine_with_files, kernel, kernel_with_files, open_image, persistent_engine, persistent_volume,
 };
@@ -45,6 +45,9 @@ pub struct Env {
     pub started: std::time::Instant,
     /// Progress as plain lines on stderr (not a terminal, so no bars).
     pub plain_progress: bool,
+    /// The `mballoc` executable, for the `mount` backend (set by the
+    /// command line; without it that backend is unavailable).
+    pub mount_program: Option<PathBuf>,
 }
 
 /// An ext4 image checked once, to start scenarios from.
@@ -94,6 +97,7 @@ impl Env {
             settings: Default::default(),
             started: std::time::Instant::now(),
             plain_progress: !std::io::stderr().is_terminal(),
+            mount_program: None,
         }
     }
 
@@ -138,7 +142,7 @@ impl Env {
             .iter()
             .filter_map(|b| match b {
                 BackendKind::Kernel(k) => Some(*k),
-                BackendKind::Engine => None,
+                BackendKind::Engine | BackendKind::Mounted => None,
             })
             .collect()
     }
