@@ -537,7 +537,7 @@ fn series(plot: &LinePlot, rows: &[Row]) -> Vec<(String, Vec<(f64, f64)>)> {
         }
         for k in &plot.split_by {
             if let Some(v) = r.metrics.get(k) {
-                let _ = write!(name, ", {}", cell(Some(v), 0));
+                let _ = write!(name, ", {k}={}", cell(Some(v), 0));
             }
         }
         match out.iter_mut().find(|s| s.0 == name) {
