@@ -656,7 +656,10 @@ impl Plan {
     fn annotate(&self, r: &mut ScenarioReport) {
         let varied = !self.settings.is_empty() || !self.swept.is_empty();
         if !self.settings.is_empty() {
-            r.notes.insert(0, format!("settings over every row: {}", self.settings.describe()));
+            r.notes.insert(
+                0,
+                format!("settings over every row (they win over each variant's own): {}", self.settings.describe()),
+            );
         }
         if varied && r.statistics.is_none() {
             r.notes.insert(0, "the run's settings do not apply here: this scenario builds the allocator itself".into());

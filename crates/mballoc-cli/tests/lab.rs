@@ -59,7 +59,7 @@ fn a_workload_runs_with_settings_sweeps_repeats_and_csv() {
     ]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    assert!(t.contains("settings over every row: engine.mb_optimize_scan=1, engine.mb_max_to_scan=50"), "{t}");
+    assert!(t.contains("engine.mb_optimize_scan=1, engine.mb_max_to_scan=50"), "{t}");
     assert!(t.contains("engine.stream_placement"), "the swept setting is a column: {t}");
     // Progress without a terminal: one line per scenario run.
     assert!(t.contains("scenario 1 of 1: appenders, engine.stream_placement=kernel, repeat 2 of 2"), "{t}");

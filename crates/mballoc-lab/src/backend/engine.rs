@@ -51,6 +51,14 @@ impl Drop for VolumeFile {
     }
 }
 
+/// The free runs of an engine's allocator, as GETFSMAP would list them.
+pub(crate) fn free_space_of(a: &mballoc::Allocator) -> FreeSpace {
+    let g = a.geometry();
+    let mut runs = Vec::new();
+    a.for_each_free_extent(|_, len| runs.push(len));
+    FreeSpace { block_size: g.block_size(), total_blocks: g.total_blocks(), free_blocks: a.free_blocks(), runs }
+}
+
 /// The file operations a workload needs, on the in-memory engine or on a
 /// persistent volume.
 trait FileOps {
@@ -248,11 +256,7 @@ impl Target for EngineTarget {
     }
 
     fn free_space(&self) -> Result<FreeSpace, LabError> {
-        let a = self.fs().allocator();
-        let g = a.geometry();
-        let mut runs = Vec::new();
-        a.for_each_free_extent(|_, len| runs.push(len));
-        Ok(FreeSpace { block_size: g.block_size(), total_blocks: g.total_blocks(), free_blocks: a.free_blocks(), runs })
+        Ok(free_space_of(self.fs().allocator()))
     }
 
     fn counters(&self) -> Option<AllocCounters> {

@@ -212,18 +212,7 @@ impl Target for MountedTarget {
     }
 
     fn free_space(&self) -> Result<FreeSpace, LabError> {
-        self.with_volume(|vol| {
-            let a = vol.fs().allocator();
-            let g = a.geometry();
-            let mut runs = Vec::new();
-            a.for_each_free_extent(|_, len| runs.push(len));
-            Ok(FreeSpace {
-                block_size: g.block_size(),
-                total_blocks: g.total_blocks(),
-                free_blocks: a.free_blocks(),
-                runs,
-            })
-        })
+        self.with_volume(|vol| Ok(super::engine::free_space_of(vol.fs().allocator())))
     }
 
     fn counters(&self) -> Option<AllocCounters> {
