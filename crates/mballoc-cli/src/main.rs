@@ -719,17 +719,14 @@ impl Plan {
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: unmount and remove the loop mounts,
-/// images and volume files the lab made, say so, and exit.
+/// images and volume files the lab made, turn off its tracepoints, say
+/// so, and exit.
 fn clean_up_on_signal() -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
-            eprintln!("\nmballoc lab: signal {sig}: cleaning up");
-            for line in mballoc_lab::cleanup::clean_up() {
-                eprintln!("  {line}");
-            }
-            std::process::exit(128 + sig);
+            mballoc_lab::cleanup::clean_up_and_exit(&format!("\nmballoc lab: signal {sig}: cleaning up"), 128 + sig);
         }
     });
     Ok(())
@@ -863,6 +860,7 @@ fn fidelity(
         println!("fidelity: skipped (needs root for loop mounts and tracefs)");
         return Ok(());
     }
+    clean_up_on_signal()?;
     let cases: Vec<Case> = if files.is_empty() {
         let all = fidelity::builtin(quick);
         for n in only {

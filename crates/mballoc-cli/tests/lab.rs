@@ -199,3 +199,36 @@ fn an_interrupted_run_leaves_no_mount_image_or_volume() {
     wait_for("the mount to go", Duration::from_secs(10), || lab_leftovers(pid).is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn an_interrupted_fidelity_run_turns_its_tracepoints_off() {
+    use std::io::BufRead;
+    let enable = Path::new("/sys/kernel/tracing/events/ext4/ext4_request_blocks/enable");
+    if !mballoc_lab::sys::is_root() || !enable.exists() {
+        eprintln!("skipped: needs root and ext4's tracepoints");
+        return;
+    }
+    let dir = scratch("fidelity-sigint");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mballoc"))
+        .args(["lab", "fidelity", "--quick", "--out", dir.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap() > 0 && !line.contains("case 2 of") {
+        line.clear();
+    }
+    // The second case is under way: its image mounted, its events traced.
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap().success());
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert_eq!(std::fs::read_to_string(enable).unwrap().trim(), "0", "{rest}");
+    wait_for("the mount to go", Duration::from_secs(10), || lab_leftovers(pid).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -338,3 +338,50 @@ fn the_lab_runs_scenarios_through_a_mount() {
     assert!(left.is_empty(), "{left:?}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn an_interrupted_lab_run_unmounts_its_volumes() {
+    if !fuse_ready("an_interrupted_lab_run_unmounts_its_volumes") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mballoc-lab-mount-sigint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wl = dir.join("w.toml");
+    std::fs::write(
+        &wl,
+        "name = 'long'\nvolume = '256M'\nseconds = 60\n[[job]]\nname = 'j'\nsetup = [{ op = 'create' }]\n\
+         steps = [{ op = 'fallocate', len = '4K', count = 64 }, { op = 'truncate' }]\nrepeat = 0\n",
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args(["lab", "workload", wl.to_str().unwrap(), "--backends", "mount", "--out", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tag = format!("mballoc-lab-mount-{}-", child.id());
+    let ours = |tag: &str| {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let files = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(tag))
+            .count();
+        (mounts.contains(tag), files)
+    };
+    let t0 = std::time::Instant::now();
+    while !ours(&tag).0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "never mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let t0 = std::time::Instant::now();
+    while ours(&tag) != (false, 0) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "left behind: {:?}\n{err}", ours(&tag));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

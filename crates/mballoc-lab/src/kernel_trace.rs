@@ -453,6 +453,7 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 pub struct Recorder {
     root: PathBuf,
     dev: (u32, u32),
+    _guard: crate::cleanup::Guard,
 }
 
 fn write(p: &Path, v: &str) -> Result<(), LabError> {
@@ -473,18 +474,26 @@ impl Recorder {
         if !root.join("events/ext4/ext4_request_blocks").exists() {
             return Err(LabError::Unavailable(format!("no ext4 tracepoints under {TRACEFS}")));
         }
-        let r = Recorder { root, dev };
-        write(&r.root.join("tracing_on"), "0")?;
-        write(&r.root.join("trace"), "")?;
-        write(&r.root.join("buffer_size_kb"), "65536")?;
-        // The kernel's dev_t: major << 20 | minor.
-        let filter = format!("dev == {}", (dev.0 << 20) | dev.1);
-        for e in EVENTS {
-            let dir = r.root.join("events").join(e);
-            write(&dir.join("filter"), &filter)?;
-            write(&dir.join("enable"), "1")?;
-        }
-        write(&r.root.join("tracing_on"), "1")?;
+        // Enabled under the cleanup registry's lock, so an interrupt turns
+        // off everything this enables.
+        let (guard, enabled) = crate::cleanup::register_while(
+            crate::cleanup::Resource::Tracepoints(root.clone()),
+            || -> Result<(), LabError> {
+                write(&root.join("tracing_on"), "0")?;
+                write(&root.join("trace"), "")?;
+                write(&root.join("buffer_size_kb"), "65536")?;
+                // The kernel's dev_t: major << 20 | minor.
+                let filter = format!("dev == {}", (dev.0 << 20) | dev.1);
+                for e in EVENTS {
+                    let dir = root.join("events").join(e);
+                    write(&dir.join("filter"), &filter)?;
+                    write(&dir.join("enable"), "1")?;
+                }
+                write(&root.join("tracing_on"), "1")
+            },
+        );
+        let r = Recorder { root, dev, _guard: guard };
+        enabled?;
         Ok(r)
     }
 
@@ -500,13 +509,19 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        for e in EVENTS {
-            let dir = self.root.join("events").join(e);
-            let _ = std::fs::write(dir.join("enable"), "0");
-            let _ = std::fs::write(dir.join("filter"), "0");
-        }
-        let _ = std::fs::write(self.root.join("tracing_on"), "1");
+        disable(&self.root);
     }
+}
+
+/// Turn the lab's tracepoints under tracefs `root` off and clear their
+/// filters (when a recording ends, or the run is interrupted).
+pub(crate) fn disable(root: &Path) {
+    for e in EVENTS {
+        let dir = root.join("events").join(e);
+        let _ = std::fs::write(dir.join("enable"), "0");
+        let _ = std::fs::write(dir.join("filter"), "0");
+    }
+    let _ = std::fs::write(root.join("tracing_on"), "1");
 }
 
 /// A block device's `(major, minor)`.

@@ -189,11 +189,13 @@ impl Mount {
     fn attach(fs: KernelFs, image: Image, bytes: u64, options: &str) -> Result<Mount, LabError> {
         let dir = image.path.with_extension("mnt");
         std::fs::create_dir_all(&dir).map_err(|e| LabError::io(dir.display().to_string(), e))?;
-        // Registered before mounting: an interrupt between the mount and
-        // the return still finds it.
-        let guard = crate::cleanup::register(crate::cleanup::Resource::Mount(dir.clone()));
         let opts = if options.is_empty() { "loop".to_string() } else { format!("loop,{options}") };
-        if let Err(e) = run(Command::new("mount").args(["-o", &opts]).arg(&image.path).arg(&dir)) {
+        // Mounted under the cleanup registry's lock: an interrupt waits for
+        // the mount, then finds it.
+        let (guard, mounted) = crate::cleanup::register_while(crate::cleanup::Resource::Mount(dir.clone()), || {
+            run(Command::new("mount").args(["-o", &opts]).arg(&image.path).arg(&dir))
+        });
+        if let Err(e) = mounted {
             let _ = std::fs::remove_dir(&dir);
             return Err(e);
         }

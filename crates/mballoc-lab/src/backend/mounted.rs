@@ -35,12 +35,13 @@ pub struct MountCommand {
 pub struct MountedTarget {
     // Fields drop in order: the files, then the server, then the volume.
     files: SyscallFiles,
-    server: Mutex<Option<Child>>,
+    /// The server while mounted, and the registration that lets an
+    /// interrupt unmount it.
+    server: Mutex<Option<(Child, Guard)>>,
     dir: PathBuf,
     command: MountCommand,
     block_size: u32,
     volume: VolumeFile,
-    _dir_guard: Guard,
 }
 
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -68,7 +69,6 @@ impl MountedTarget {
         mballoc_vol::mkfs(&path, Some(bytes), &fo, mballoc_vol::Overwrite::Refuse)?;
         let dir = PathBuf::from(format!("{base}.mnt"));
         std::fs::create_dir_all(&dir).map_err(|e| LabError::io(dir.display().to_string(), e))?;
-        let dir_guard = cleanup::register(Resource::Mount(dir.clone()));
         let t = MountedTarget {
             files: SyscallFiles::at(dir.join("lab"), names),
             server: Mutex::new(None),
@@ -76,7 +76,6 @@ impl MountedTarget {
             command,
             block_size,
             volume,
-            _dir_guard: dir_guard,
         };
         // The directory of files is made on the mounted volume, not on the
         // bare mount point: mount first, then make it.
@@ -87,6 +86,15 @@ impl MountedTarget {
 
     fn mount(&self) -> Result<(), LabError> {
         let mut server = self.server.lock();
+        // Started and waited for under the cleanup registry's lock: an
+        // interrupt finds the mount made, never half made.
+        let (guard, started) = cleanup::register_while(Resource::Mount(self.dir.clone()), || self.start_server());
+        *server = Some((started?, guard));
+        Ok(())
+    }
+
+    /// Start `mballoc mount` and wait until the directory is mounted.
+    fn start_server(&self) -> Result<Child, LabError> {
         let log = PathBuf::from(format!("{}.log", self.dir.display()));
         let err = std::fs::File::create(&log).map_err(|e| LabError::io(log.display().to_string(), e))?;
         let mut child = Command::new(&self.command.program)
@@ -116,16 +124,13 @@ impl MountedTarget {
             std::thread::sleep(Duration::from_millis(10));
         };
         let _ = std::fs::remove_file(&log);
-        if result.is_ok() {
-            *server = Some(child);
-        }
-        result
+        result.map(|()| child)
     }
 
     /// Unmount and wait for the server: the volume is then clean.
     fn unmount(&self) -> Result<(), LabError> {
         let mut server = self.server.lock();
-        let Some(mut child) = server.take() else { return Ok(()) };
+        let Some((mut child, _guard)) = server.take() else { return Ok(()) };
         let out = Command::new("fusermount3").arg("-u").arg(&self.dir).output();
         if !out.as_ref().is_ok_and(|o| o.status.success()) {
             // Something still holds the mount: detach it; the server ends
