@@ -317,12 +317,15 @@ pub fn free_metrics(row: &mut Row, target: &dyn Target, device: &str) -> Option<
             row.set("free_extents", h.free_extents());
             row.set("avg_free_extent_kib", h.avg_free_extent_kib());
             row.set("ceph_score", (fs.ceph_score() * 1000.0).round() / 1000.0);
+            let big: u64 = fs.runs.iter().filter(|&&r| r * u64::from(fs.block_size) >= 64 << 20).sum();
+            let share = if fs.free_blocks == 0 { 0.0 } else { 100.0 * big as f64 / fs.free_blocks as f64 };
+            row.set("free_in_64mib_runs_pct", (share * 100.0).round() / 100.0);
             row.set("free_hist_blocks", h.buckets().iter().map(|b| b.1).collect::<Vec<u64>>());
             row.set("block_size", fs.block_size);
             Some(h.render(device))
         }
         Err(why) => {
-            for k in ["free_extents", "avg_free_extent_kib", "ceph_score"] {
+            for k in ["free_extents", "avg_free_extent_kib", "ceph_score", "free_in_64mib_runs_pct"] {
                 row.set(k, "n/a");
             }
             row.set("free_space_note", chain(&why));
