@@ -222,8 +222,23 @@ impl Settings {
     /// wrong (a window larger than a group) is refused later by the
     /// engine's own validation, as a typed error.
     pub fn apply_engine(&self, cfg: &mut FsConfig) {
-        let engine = || self.list.iter().filter(|s| s.scope == Scope::Engine);
-        for s in engine().filter(|s| s.key == "profile").chain(engine().filter(|s| s.key != "profile")) {
+        self.apply_profile(cfg);
+        self.apply_keys(cfg);
+    }
+
+    /// The `engine.profile` setting alone: it replaces the whole
+    /// configuration (but the reserved ranges), so it comes before
+    /// anything else is changed.
+    pub fn apply_profile(&self, cfg: &mut FsConfig) {
+        if let Some(v) = self.get(Scope::Engine, "profile") {
+            // Checked at parse time: cannot fail.
+            let _ = apply_one(cfg, "profile", v);
+        }
+    }
+
+    /// Every engine setting but the profile, in order.
+    pub fn apply_keys(&self, cfg: &mut FsConfig) {
+        for s in self.list.iter().filter(|s| s.scope == Scope::Engine && s.key != "profile") {
             // Checked at parse time against the same code: cannot fail on
             // the key or the value's form.
             let _ = apply_one(cfg, &s.key, &s.value);

@@ -226,3 +226,19 @@ fn settings_reach_every_engine_row() {
     // extents; the engine's own keeps each in a few.
     assert!(own <= 8.0 && forced > 2.0 * own, "own {own}, with ext4 placement forced {forced}");
 }
+
+#[test]
+fn the_profile_comes_first_and_the_variant_and_statistics_after() {
+    let mut s = mballoc_lab::settings::Settings::default();
+    s.set_str("engine.profile=kernel").unwrap();
+    s.set_str("engine.mb_max_to_scan=50").unwrap();
+    let env = engine_env().with_settings(s);
+    let v = scenarios::Variant::engine("linear", |c| c.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off)
+        .under(scenarios::Stats::On, &env);
+    let mut cfg = mballoc_fs::FsConfig::new(mballoc::Geometry::new(4096, 1 << 18).unwrap());
+    v.configure(&mut cfg);
+    assert_eq!(cfg.sync_order, mballoc_fs::SyncOrder::Dirtied, "the kernel profile");
+    assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off, "the variant's own setting");
+    assert!(cfg.tunables.mb_stats, "the scenario's statistics setting");
+    assert_eq!(cfg.tunables.mb_max_to_scan, 50, "the run's setting");
+}

@@ -163,13 +163,14 @@ impl Variant {
     }
 
     /// Apply this variant's engine configuration to `cfg` (nothing for a
-    /// kernel variant): its own tweak, the statistics setting, then the
-    /// run's settings.
+    /// kernel variant): the run's profile, the variant's own tweak, the
+    /// statistics setting, then the run's other settings (which win).
     pub fn configure(&self, cfg: &mut FsConfig) {
         if let Setup::Engine { tweak, .. } = &self.setup {
+            self.settings.apply_profile(cfg);
             tweak(cfg);
             cfg.tunables.mb_stats = self.stats == Stats::On;
-            self.settings.apply_engine(cfg);
+            self.settings.apply_keys(cfg);
         }
     }
 
