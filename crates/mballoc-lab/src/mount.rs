@@ -232,6 +232,12 @@ impl Mount {
     /// Write an ext4 sysfs knob (`/sys/fs/ext4/DEV/NAME`).
     pub fn set_ext4_knob(&self, name: &str, value: &str) -> Result<(), LabError> {
         let p = PathBuf::from("/sys/fs/ext4").join(self.device_name()).join(name);
+        if !p.exists() {
+            return Err(LabError::Invalid(format!(
+                "this kernel's ext4 has no knob {name:?} ({} is missing)",
+                p.display()
+            )));
+        }
         std::fs::write(&p, value).map_err(|e| LabError::io(format!("writing {value:?} to {}", p.display()), e))
     }
 
