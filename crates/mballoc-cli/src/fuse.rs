@@ -508,40 +508,24 @@ pub fn serve(args: &MountArgs) -> Result<()> {
 pub fn spawn_daemon(args: &MountArgs) -> Result<()> {
     let exe = std::env::current_exe().context("finding the mballoc executable")?;
     let log = std::env::temp_dir().join(format!("mballoc-mount-{}.log", std::process::id()));
-    let err = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let profile = match args.profile {
         Profile::Default => "default",
         Profile::Kernel => "kernel",
     };
-    let mut child = std::process::Command::new(exe)
+    let mut daemon = std::process::Command::new(exe);
+    daemon
         .arg("mount")
         .arg(&args.volume)
         .arg(&args.dir)
         .args(["--folio", &args.folio.to_string(), "--profile", profile, "--threads", &args.threads.to_string()])
         .arg("--foreground")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(err)
-        .process_group(0)
-        .spawn()
+        // Its own process group: a Ctrl-C meant for the shell that ran
+        // `mballoc mount` does not reach the daemon.
+        .process_group(0);
+    // The daemon runs on after this returns; its handle is not needed.
+    mballoc_lab::backend::start_mount_server(daemon, &args.dir, &log, || is_mounted(&args.dir).unwrap_or(false))
         .context("starting the mount daemon")?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if is_mounted(&args.dir)? {
-            let _ = std::fs::remove_file(&log);
-            return Ok(());
-        }
-        if let Some(status) = child.try_wait()? {
-            let msg = std::fs::read_to_string(&log).unwrap_or_default();
-            let _ = std::fs::remove_file(&log);
-            bail!("the mount daemon exited ({status}): {}", msg.trim());
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            bail!("{} was not mounted within 30 s", args.dir.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Ok(())
 }
 
 /// The mount table's source for `dir`, if an mballoc volume is mounted there.

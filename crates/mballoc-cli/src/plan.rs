@@ -77,7 +77,7 @@ impl Plan {
                     if self.repeat > 1 {
                         what.push_str(&format!(", repeat {} of {}", r + 1, self.repeat));
                     }
-                    eprintln!("[{:>7.1} s] {what}", started.elapsed().as_secs_f64());
+                    env.say(&what);
                     runs.push(job(&env));
                 }
                 let mut one = ScenarioReport::merge_repeats(runs);

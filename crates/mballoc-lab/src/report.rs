@@ -45,17 +45,26 @@ impl Row {
     /// differ, their range.
     fn cell(&self, key: &str, decimals: usize) -> String {
         let v = cell(self.metrics.get(key), decimals);
-        match self.samples.get(key) {
-            Some(s) if s.len() > 1 => {
-                let (lo, hi) = (s.iter().copied().fold(f64::MAX, f64::min), s.iter().copied().fold(f64::MIN, f64::max));
-                if lo == hi {
-                    v
-                } else {
-                    format!("{v} ({lo:.decimals$}–{hi:.decimals$})")
-                }
-            }
+        match self.range(key) {
+            Some((lo, hi)) if lo != hi => format!("{v} ({lo:.decimals$}–{hi:.decimals$})"),
             _ => v,
         }
+    }
+
+    /// The least and greatest of `key`'s samples, when it was repeated.
+    pub fn range(&self, key: &str) -> Option<(f64, f64)> {
+        let s = self.samples.get(key).filter(|s| s.len() > 1)?;
+        Some((s.iter().copied().fold(f64::MAX, f64::min), s.iter().copied().fold(f64::MIN, f64::max)))
+    }
+
+    /// `backend variant, key=value...` for a plot's legend: the swept
+    /// settings but `except` (the plot's x), each by its last name.
+    fn series_name(&self, except: &str) -> String {
+        let mut name = format!("{} {}", self.backend, self.variant);
+        for (k, v) in self.point.iter().filter(|(k, _)| *k != except) {
+            let _ = write!(name, ", {}={v}", k.rsplit('.').next().unwrap_or(k));
+        }
+        name
     }
 
     /// Set a metric.
@@ -531,10 +540,7 @@ fn series(plot: &LinePlot, rows: &[Row]) -> Vec<(String, Vec<(f64, f64)>)> {
     let wanted = |r: &Row| plot.only.iter().all(|(k, v)| r.metrics.get(k).and_then(Value::as_str) == Some(v.as_str()));
     for r in rows.iter().filter(|r| wanted(r)) {
         let (Some(xv), Some(yv)) = (r.value(&plot.x), r.num(&plot.y)) else { continue };
-        let mut name = format!("{} {}", r.backend, r.variant);
-        for (k, v) in r.point.iter().filter(|(k, _)| **k != plot.x) {
-            let _ = write!(name, ", {}={v}", k.rsplit('.').next().unwrap_or(k));
-        }
+        let mut name = r.series_name(&plot.x);
         for k in &plot.split_by {
             if let Some(v) = r.metrics.get(k) {
                 let _ = write!(name, ", {k}={}", cell(Some(v), 0));
@@ -675,21 +681,13 @@ fn svg_lines(plot: &LinePlot, rows: &[Row]) -> String {
 fn svg_bars(title: &str, rows: &[Row], y: &str, y_label: &str) -> String {
     // (label, median, min–max of the repeats)
     type Bar = (String, f64, Option<(f64, f64)>);
-    let bars: Vec<Bar> =
-        rows.iter()
-            .filter_map(|r| {
-                let v = r.num(y)?;
-                let mut name = format!("{} {}", r.backend, r.variant);
-                for (k, p) in &r.point {
-                    let _ = write!(name, ", {}={p}", k.rsplit('.').next().unwrap_or(k));
-                }
-                let range =
-                    r.samples.get(y).filter(|s| s.len() > 1).map(|s| {
-                        (s.iter().copied().fold(f64::MAX, f64::min), s.iter().copied().fold(f64::MIN, f64::max))
-                    });
-                Some((name, v, range))
-            })
-            .collect();
+    let bars: Vec<Bar> = rows
+        .iter()
+        .filter_map(|r| {
+            let v = r.num(y)?;
+            Some((r.series_name(""), v, r.range(y)))
+        })
+        .collect();
     if bars.is_empty() {
         return String::new();
     }

@@ -13,7 +13,7 @@ mod syscall;
 pub use engine::{EngineTarget, VolumeFile};
 pub use kernel::KernelTarget;
 pub use mb_stats::AllocCounters;
-pub use mounted::{MountCommand, MountedTarget};
+pub use mounted::{start_mount_server, MountCommand, MountedTarget};
 
 use crate::error::LabError;
 use crate::metrics::{FileLayout, FreeSpace};

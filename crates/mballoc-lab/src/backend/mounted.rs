@@ -95,36 +95,14 @@ impl MountedTarget {
 
     /// Start `mballoc mount` and wait until the directory is mounted.
     fn start_server(&self) -> Result<Child, LabError> {
+        let mut server = Command::new(&self.command.program);
+        server.arg("mount").arg(self.volume.path()).arg(&self.dir).args([
+            "--profile",
+            &self.command.profile,
+            "--foreground",
+        ]);
         let log = PathBuf::from(format!("{}.log", self.dir.display()));
-        let err = std::fs::File::create(&log).map_err(|e| LabError::io(log.display().to_string(), e))?;
-        let mut child = Command::new(&self.command.program)
-            .arg("mount")
-            .arg(self.volume.path())
-            .arg(&self.dir)
-            .args(["--profile", &self.command.profile, "--foreground"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
-            .spawn()
-            .map_err(|e| LabError::io(format!("starting {}", self.command.program.display()), e))?;
-        let t0 = Instant::now();
-        let result = loop {
-            if is_mounted(&self.dir) {
-                break Ok(());
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                let msg = std::fs::read_to_string(&log).unwrap_or_default();
-                break Err(LabError::Unavailable(format!("mballoc mount exited ({status}): {}", msg.trim())));
-            }
-            if t0.elapsed() > Duration::from_secs(30) {
-                let _ = child.kill();
-                let _ = child.wait();
-                break Err(LabError::Unavailable(format!("{} was not mounted within 30 s", self.dir.display())));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let _ = std::fs::remove_file(&log);
-        result.map(|()| child)
+        start_mount_server(server, &self.dir, &log, || is_mounted(&self.dir))
     }
 
     /// Unmount and wait for the server: the volume is then clean.
@@ -170,6 +148,43 @@ impl Drop for MountedTarget {
         let _ = self.unmount();
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// Start `server` (an `mballoc mount ... --foreground` command line) with
+/// its standard error in `log`, and wait until `mounted` says `dir` is
+/// mounted: the running server, or why it is not running (its exit status
+/// and message, or the 30 s it was given). The log is removed either way.
+pub fn start_mount_server(
+    mut server: Command,
+    dir: &Path,
+    log: &Path,
+    mounted: impl Fn() -> bool,
+) -> Result<Child, LabError> {
+    let err = std::fs::File::create(log).map_err(|e| LabError::io(log.display().to_string(), e))?;
+    let mut child = server
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| LabError::io(format!("starting {}", server.get_program().to_string_lossy()), e))?;
+    let t0 = Instant::now();
+    let result = loop {
+        if mounted() {
+            break Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let msg = std::fs::read_to_string(log).unwrap_or_default();
+            break Err(LabError::Unavailable(format!("mballoc mount exited ({status}): {}", msg.trim())));
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break Err(LabError::Unavailable(format!("{} was not mounted within 30 s", dir.display())));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = std::fs::remove_file(log);
+    result.map(|()| child)
 }
 
 fn is_mounted(dir: &Path) -> bool {

@@ -105,8 +105,14 @@ impl Env {
     /// for a reader without a terminal (CI logs, `2> file`).
     pub fn progress_line(&self, what: &str) {
         if self.plain_progress {
-            eprintln!("[{:>7.1} s] {what}", self.started.elapsed().as_secs_f64());
+            self.say(what);
         }
+    }
+
+    /// Say `what` on stderr with the time since the run began, terminal
+    /// or not.
+    pub fn say(&self, what: &str) {
+        eprintln!("[{:>7.1} s] {what}", self.started.elapsed().as_secs_f64());
     }
 
     /// Lay `settings` over every variant's own configuration.
