@@ -14,8 +14,8 @@ use mballoc_lab::LabError;
 use std::io::Write;
 use std::path::PathBuf;
 
-mod fuse;
 mod inspect;
+mod mount;
 mod plan;
 
 use plan::{clean_up_on_signal, Job, Plan, RunScenario};
@@ -25,6 +25,15 @@ use plan::{clean_up_on_signal, Job, Plan, RunScenario};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The allocation policy a mount runs the engine with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProfileArg {
+    /// The engine's own defaults.
+    Default,
+    /// ext4's decisions (docs/PROFILES.md).
+    Kernel,
 }
 
 #[derive(Subcommand)]
@@ -88,6 +97,9 @@ enum Cmd {
     /// calls. Returns once mounted (the server runs on in the background)
     /// unless --foreground. Ends on `mballoc umount DIR`, `fusermount3 -u DIR`
     /// or SIGTERM, after which the volume is synced and marked clean.
+    /// Durable: every byte written before a successful fsync/fdatasync, or
+    /// more than the commit interval ago, survives a kill -9 or a power cut;
+    /// sync(2) and syncfs(2) do not reach a FUSE server and add nothing.
     Mount {
         /// The volume file or device.
         volume: PathBuf,
@@ -98,10 +110,17 @@ enum Cmd {
         folio: String,
         /// The allocation policy: the engine's own, or ext4's (docs/PROFILES.md).
         #[arg(long, value_enum, default_value = "default")]
-        profile: fuse::Profile,
-        /// Threads serving requests.
+        profile: ProfileArg,
+        /// Threads serving FUSE requests.
         #[arg(long, default_value_t = 4)]
         threads: usize,
+        /// Seconds data may stay volatile without an fsync (ext4's commit=); 0: only fsync and unmount commit.
+        #[arg(long, default_value_t = 5)]
+        commit: u64,
+        /// Options as mount(8) gives them: commit=SECS, ro, noatime, relatime, folio=SIZE, threads=N,
+        /// profile=default|kernel (they win over the flags above).
+        #[arg(short = 'o', long = "options")]
+        options: Option<String>,
         /// Serve in this process until unmounted.
         #[arg(long)]
         foreground: bool,
@@ -313,6 +332,10 @@ fn parse_only(cmd: &Cmd) -> Result<()> {
 }
 
 fn run() -> Result<()> {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.first().is_some_and(|a| mount::is_helper(a)) {
+        return mount::helper(argv);
+    }
     let cli = Cli::parse();
     if std::env::var_os("MBALLOC_PARSE_ONLY").is_some() {
         return parse_only(&cli.cmd);
@@ -343,17 +366,31 @@ fn run() -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Mount { volume, dir, folio, profile, threads, foreground } => {
+        Cmd::Mount { volume, dir, folio, profile, threads, commit, options, foreground } => {
             let folio = folio.parse::<Size>().context("--folio")?.0;
             let folio = u32::try_from(folio).context("--folio: at most 2 MiB")?;
-            let args = fuse::MountArgs { volume, dir, folio, profile, threads };
+            let profile = match profile {
+                ProfileArg::Default => mballoc_mount::Profile::Default,
+                ProfileArg::Kernel => mballoc_mount::Profile::Kernel,
+            };
+            let mut config = mballoc_mount::MountConfig {
+                folio,
+                profile,
+                threads,
+                commit: std::time::Duration::from_secs(commit),
+                ..Default::default()
+            };
+            if let Some(o) = options {
+                config.apply(&o)?;
+            }
+            let args = mballoc_mount::MountArgs { volume, dir, config };
             if foreground {
-                fuse::serve(&args)
+                mballoc_mount::serve(&args)
             } else {
-                fuse::spawn_daemon(&args)
+                mount::spawn_daemon(&args)
             }
         }
-        Cmd::Umount { dir } => fuse::umount(&dir),
+        Cmd::Umount { dir } => mballoc_mount::umount(&dir),
         Cmd::Check { volume, repair } => {
             use mballoc_vol::{FileDevice, OpenMode, Repair};
             let mode = if repair { OpenMode::ReadWrite } else { OpenMode::ReadOnly };

@@ -208,10 +208,10 @@ fn two_valid_inodes_claiming_one_block_refuse_repair() {
     let mut rec = vec![0u8; INODE_BYTES];
     // Slot 0 holds the root directory, slot 1 the file.
     dev.read_at(table + INODE_BYTES as u64, &mut rec).unwrap();
-    let mut r = InodeRecord::decode(sb.seed(), 1, &rec, sb.itable_start).unwrap().expect("slot 1 in use");
+    let (mut r, _) = InodeRecord::decode(sb.seed(), 1, &rec, sb.itable_start).unwrap().expect("slot 1 in use");
     assert_eq!(r.ino, f.0);
     r.ino += 1;
-    r.attr.as_mut().expect("named").name = b"copy".to_vec();
+    r.attr.as_mut().expect("named").links[0].name = b"copy".to_vec();
     let mut copy = vec![0u8; INODE_BYTES];
     r.encode(sb.seed(), 2, &mut copy);
     dev.write_at(table + 2 * INODE_BYTES as u64, &copy).unwrap();
@@ -267,7 +267,7 @@ fn an_inode_larger_than_the_largest_file_is_refused() {
     let mut rec = vec![0u8; INODE_BYTES];
     let at = table + INODE_BYTES as u64; // slot 1: the file, after the root
     dev.read_at(at, &mut rec).unwrap();
-    let mut r = InodeRecord::decode(sb.seed(), 1, &rec, sb.itable_start).unwrap().unwrap();
+    let (mut r, _) = InodeRecord::decode(sb.seed(), 1, &rec, sb.itable_start).unwrap().unwrap();
     assert_eq!(r.ino, f.0);
     r.size = sb.max_file_size() + 1;
     r.encode(sb.seed(), 1, &mut rec);

@@ -132,6 +132,38 @@ pub enum VolError {
         why: &'static str,
     },
 
+    /// A link, symbolic link or extended attribute that would make an
+    /// inode's attributes larger than an inode keeps.
+    #[error("attributes of {bytes} bytes pass the {max} an inode keeps")]
+    NoRoom {
+        /// Bytes the attributes would take.
+        bytes: usize,
+        /// Bytes an inode keeps.
+        max: usize,
+    },
+
+    /// An extended attribute the inode does not have.
+    #[error("inode {ino} has no extended attribute {name:?}")]
+    NoAttribute {
+        /// The inode.
+        ino: u64,
+        /// The attribute's name, lossily.
+        name: String,
+    },
+
+    /// A change its flags forbid (immutable, append-only).
+    #[error("inode {ino}: {why}")]
+    NotPermitted {
+        /// The inode.
+        ino: u64,
+        /// Which flag forbids what.
+        why: &'static str,
+    },
+
+    /// `readlink` of something that is not a symbolic link.
+    #[error("inode {0} is not a symbolic link")]
+    NotASymlink(u64),
+
     /// A rename that would move a directory under itself.
     #[error("cannot move directory {0} inside itself")]
     Loop(u64),
@@ -165,7 +197,11 @@ impl VolError {
 pub type Result<T> = std::result::Result<T, VolError>;
 
 fn version_text(found: u32, supported: u32) -> String {
-    if found < supported {
+    if found == 2 && supported == 3 {
+        "volume format version 2 keeps one name per inode and no links or extended attributes; \
+         this build reads version 3: `mballoc upgrade VOLUME` converts it in place"
+            .to_string()
+    } else if found < supported {
         format!(
             "volume format version {found} has no directory tree; this build reads version {supported} \
              (copy the files out with an older build and make a new volume with `mballoc mkfs`)"

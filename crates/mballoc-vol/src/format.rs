@@ -8,8 +8,11 @@ use crate::error::{Result, VolError};
 /// `s_magic`: "MBVL".
 pub const MAGIC: u32 = 0x4C56_424D;
 /// Format version: 2 added the directory tree (names and attributes in
-/// the second half of each inode record).
-pub const VERSION: u32 = 2;
+/// the second half of each inode record); 3 keeps every name of an inode
+/// (hard links), symbolic links, device nodes, extended attributes and
+/// orphans in one attribute string per inode, overflowing into the tree
+/// area.
+pub const VERSION: u32 = 3;
 /// The unit a device writes whole or not at all.
 pub const SECTOR: usize = 512;
 /// Bytes of the superblock that carry fields (the rest of block 0 is zero).
@@ -22,8 +25,17 @@ pub const DESC_BYTES: usize = 32;
 pub const INODE_BYTES: usize = 512;
 /// The root directory's inode number (the engine numbers files from 12).
 pub const ROOT_INO: u64 = 1;
-/// Longest name a directory entry holds, in bytes.
-pub const NAME_MAX: usize = 202;
+/// Longest name a directory entry holds, in bytes (as ext4).
+pub const NAME_MAX: usize = 255;
+/// Longest attribute string of one inode (names, link target, extended
+/// attributes): one journal record fits the smallest journal.
+pub const MAX_ATTR_BYTES: usize = 6144;
+/// Longest symbolic-link target, in bytes (ext4's at 4 KiB blocks).
+pub const SYMLINK_MAX: usize = 4095;
+/// An attribute overflow block's magic.
+pub const OVERFLOW_MAGIC: u16 = 0xA77B;
+/// Bytes of an overflow block's header.
+pub const OVERFLOW_HEADER: usize = 24;
 /// Extent or index entries kept in the inode itself.
 pub const ROOT_ENTRIES: usize = 13;
 /// Bytes per extent or index entry.
@@ -226,6 +238,13 @@ impl Superblock {
     /// Extent or index entries per tree node.
     pub fn node_entries(&self) -> usize {
         (self.block_size as usize - NODE_HEADER) / ENTRY_BYTES
+    }
+
+    /// Tree-area blocks an inode's attribute string of `len` bytes takes
+    /// beyond its record.
+    pub fn overflow_blocks(&self, len: usize) -> u64 {
+        let per = self.block_size as usize - OVERFLOW_HEADER;
+        len.saturating_sub(crate::attr::ATTR_INLINE).div_ceil(per) as u64
     }
 
     /// Tree-area blocks a file whose tree holds `entries` extent entries

@@ -14,7 +14,7 @@ use crate::error::{Result, VolError};
 use crate::format::{
     Extent, Superblock, VolumeState, DESC_BYTES, INODE_BYTES, MAX_ENTRY_LEN, MAX_LOGICAL, ROOT_ENTRIES, ROOT_INO,
 };
-use crate::records::{bitmap_crc, check_order, Entry, GroupDesc, InodeRecord, Node};
+use crate::records::{bitmap_crc, check_order, Entry, GroupDesc, InodeRecord, Node, Overflow};
 use crate::state::{Apply, FileState, State};
 use crate::wal;
 use mballoc_fs::Change;
@@ -300,7 +300,7 @@ impl Home {
                 let slot = slot as u32;
                 let at = i * INODE_BYTES;
                 let block = sb.itable_start + first + (at / bs) as u64;
-                let rec = match InodeRecord::decode(seed, slot, &chunk[at..at + INODE_BYTES], block) {
+                let (mut rec, head) = match InodeRecord::decode(seed, slot, &chunk[at..at + INODE_BYTES], block) {
                     Ok(Some(r)) => r,
                     Ok(None) => continue,
                     Err(e) => {
@@ -330,7 +330,25 @@ impl Home {
                     }
                     Err(TreeError::Device(e)) => return Err(e),
                 };
-                let (extents, nodes) = tree;
+                let (extents, mut nodes) = tree;
+                if let Some(head) = &head {
+                    match home.read_overflow(dev, &rec, head, &nodes) {
+                        Ok((a, blocks)) => {
+                            rec.attr = Some(a);
+                            nodes.extend(blocks);
+                        }
+                        Err(TreeError::Damaged(e)) => {
+                            damaged_inodes += 1;
+                            note(e, false)?;
+                            continue;
+                        }
+                        Err(TreeError::Suspect(e)) => {
+                            note(e, true)?;
+                            continue;
+                        }
+                        Err(TreeError::Device(e)) => return Err(e),
+                    }
+                }
                 let f = FileState {
                     size: rec.size,
                     extents: extents.iter().map(|e| (e.logical, (e.physical, e.len, e.unwritten))).collect(),
@@ -529,6 +547,68 @@ impl Home {
         Ok((extents, tree))
     }
 
+    /// The rest of a long attribute string from its overflow chain, every
+    /// block checked as tree nodes are: a block that fails its own checks
+    /// makes the inode damaged; a valid one outside the tree area, or held
+    /// by another file or by this file's tree, makes it suspect.
+    fn read_overflow(
+        &self,
+        dev: &dyn Device,
+        rec: &InodeRecord,
+        head: &crate::records::AttrHead,
+        tree: &[u64],
+    ) -> std::result::Result<(crate::attr::Attr, Vec<u64>), TreeError> {
+        let sb = &self.sb;
+        let want = sb.overflow_blocks(head.len);
+        let (mut rest, mut blocks) = (Vec::new(), Vec::new());
+        let mut at = rec.overflow;
+        while at != 0 {
+            let damaged = |d: String| TreeError::Damaged(VolError::corrupt("attribute block", at, d));
+            if blocks.len() as u64 == want || at >= sb.total_blocks || blocks.contains(&at) {
+                return Err(damaged(format!("inode {}: the chain does not end after {want} blocks", rec.ino)));
+            }
+            let b = read(dev, sb, at, 1).map_err(TreeError::Device)?;
+            let ov = Overflow::decode(sb.seed(), at, &b, rec.ino as u32).map_err(TreeError::Damaged)?;
+            let in_area = at >= sb.tree_start && at < sb.tree_start + u64::from(sb.tree_blocks);
+            if !in_area || self.zone_get(at) || tree.contains(&at) {
+                return Err(TreeError::Suspect(VolError::corrupt(
+                    "attribute block",
+                    at,
+                    format!(
+                        "inode {}: a valid block {}",
+                        rec.ino,
+                        if in_area { "another file holds too" } else { "outside the tree area" }
+                    ),
+                )));
+            }
+            rest.extend_from_slice(&ov.payload);
+            blocks.push(at);
+            at = ov.next;
+        }
+        let a = head.finish(sb.seed(), &rest).map_err(|d| {
+            TreeError::Damaged(VolError::corrupt("attribute block", rec.overflow, format!("inode {}: {d}", rec.ino)))
+        })?;
+        Ok((a, blocks))
+    }
+
+    /// Write an attribute string's overflow chain to fresh blocks: its
+    /// first block (0 if it fits the record) and every block.
+    fn write_overflow(&mut self, dev: &dyn Device, ino: u64, attr: &crate::attr::Attr) -> Result<(u64, Vec<u64>)> {
+        let bytes = attr.encode();
+        let n = self.sb.overflow_blocks(bytes.len()) as usize;
+        if n == 0 {
+            return Ok((0, Vec::new()));
+        }
+        let (seed, bs) = (self.sb.seed(), self.sb.block_size as usize);
+        let blocks: Vec<u64> = (0..n).map(|_| self.zone_alloc()).collect();
+        for (i, chunk) in bytes[crate::attr::ATTR_INLINE..].chunks(Overflow::capacity(bs)).enumerate() {
+            let next = blocks.get(i + 1).copied().unwrap_or(0);
+            let ov = Overflow { owner: ino as u32, next, payload: chunk.to_vec() };
+            write(dev, &self.sb, blocks[i], &ov.encode(seed, blocks[i], bs))?;
+        }
+        Ok((blocks[0], blocks))
+    }
+
     fn zone_get(&self, block: u64) -> bool {
         let i = block - self.sb.tree_start;
         self.zone[(i / 64) as usize] & (1 << (i % 64)) != 0
@@ -601,7 +681,12 @@ impl Home {
     /// A file's budget: the larger of its tree on disk and the tree its
     /// committed extents need.
     fn need_of(&self, f: &FileState) -> u64 {
-        (f.tree.len() as u64).max(self.nodes_needed(f.entries() as usize))
+        (f.tree.len() as u64).max(self.nodes_needed(f.entries() as usize) + self.attr_blocks(f))
+    }
+
+    /// Overflow blocks a file's attributes take.
+    fn attr_blocks(&self, f: &FileState) -> u64 {
+        f.attr.as_ref().map_or(0, |a| self.sb.overflow_blocks(a.encoded_len()))
     }
 
     /// Recompute the budget of `inos` from the state (files that are gone
@@ -618,9 +703,18 @@ impl Home {
         self.state.dropped.iter().map(|(_, t)| t.len() as u64).sum()
     }
 
-    /// Whether committing `changes` keeps every checkpoint possible:
+    /// Whether committing `records` keeps every checkpoint possible:
     /// `Err((needed, tree blocks))` when it would not.
-    pub fn admit(&mut self, changes: &[Change]) -> std::result::Result<(), (u64, u64)> {
+    pub fn admit(&mut self, records: &[wal::Record]) -> std::result::Result<(), (u64, u64)> {
+        let changes: Vec<Change> = records.iter().filter_map(|r| r.change().copied()).collect();
+        // The latest attributes each record gives, by the overflow
+        // blocks they take.
+        let mut attr_blocks: mballoc_fs::IdMap<u64> = Default::default();
+        for r in records {
+            if let wal::Record::Attr { ino, attr } = r {
+                attr_blocks.insert(*ino, self.sb.overflow_blocks(attr.encoded_len()));
+            }
+        }
         // Cheaply first: a change adds at most two entries to its file, a
         // file's entries are at most its extents plus one per longest
         // entry the volume could hold, and a file's need enters the worst
@@ -628,7 +722,7 @@ impl Home {
         // the exact figure.
         let mut per_file: mballoc_fs::IdMap<u64> = Default::default();
         let mut run = (0u64, 0u64);
-        for c in changes {
+        for c in &changes {
             if c.ino() != run.0 && run.1 > 0 {
                 *per_file.entry(run.0).or_default() += run.1;
                 run.1 = 0;
@@ -643,17 +737,27 @@ impl Home {
                 let now = self.state.files.get(ino).map_or(0, |f| f.extents.len() as u64);
                 self.sb.tree_nodes(now + long + 2 * n)
             })
-            .sum();
+            .sum::<u64>()
+            + attr_blocks.values().sum::<u64>();
         if 2 * bound <= self.headroom() {
             return Ok(());
         }
-        let after = self.state.entries_after(changes);
+        let mut after = self.state.entries_after(&changes);
+        for &ino in attr_blocks.keys() {
+            if let Some(f) = self.state.files.get(&ino) {
+                after.entry(ino).or_insert(Some(f.entries()));
+            }
+        }
         let mut dropped = self.dropped_nodes();
         let mut trial = Vec::with_capacity(after.len());
         for (&ino, entries) in &after {
-            let disk = self.state.files.get(&ino).map_or(0, |f| f.tree.len() as u64);
+            let f = self.state.files.get(&ino);
+            let disk = f.map_or(0, |f| f.tree.len() as u64);
             match entries {
-                Some(e) => trial.push((ino, Some(disk.max(self.nodes_needed(*e as usize))))),
+                Some(e) => {
+                    let attr = attr_blocks.get(&ino).copied().unwrap_or_else(|| f.map_or(0, |f| self.attr_blocks(f)));
+                    trial.push((ino, Some(disk.max(self.nodes_needed(*e as usize) + attr))))
+                }
                 None => {
                     trial.push((ino, None));
                     dropped += disk;
@@ -667,9 +771,11 @@ impl Home {
     /// Whether file `ino` may grow to `entries` tree entries (counting
     /// everything it may still gain from data not yet written back).
     pub fn admit_growth(&mut self, ino: u64, entries: u64) -> std::result::Result<(), (u64, u64)> {
-        let disk = self.state.files.get(&ino).map_or(0, |f| f.tree.len() as u64);
+        let f = self.state.files.get(&ino);
+        let disk = f.map_or(0, |f| f.tree.len() as u64);
+        let attr = f.map_or(0, |f| self.attr_blocks(f));
         let old = self.budget.need.get(&ino).copied().unwrap_or(0);
-        let need = old.max(disk).max(self.nodes_needed(entries as usize));
+        let need = old.max(disk).max(self.nodes_needed(entries as usize) + attr);
         let needed = self.budget.total_with(&[(ino, Some(need))]) + self.dropped_nodes();
         self.fits(needed)
     }
@@ -725,8 +831,9 @@ impl Home {
         let mut plans: Vec<(u64, Vec<Entry>, u64)> = live
             .iter()
             .map(|&ino| {
-                let entries = Home::leaf_entries(&self.state.files[&ino]);
-                let nodes = self.nodes_needed(entries.len());
+                let f = &self.state.files[&ino];
+                let entries = Home::leaf_entries(f);
+                let nodes = self.nodes_needed(entries.len()) + self.attr_blocks(f);
                 (ino, entries, nodes)
             })
             .collect();
@@ -766,7 +873,13 @@ impl Home {
             }
             let mut old_trees = std::mem::take(&mut freed_now);
             for (ino, entries, _) in batch {
-                let (depth, root, blocks) = self.write_tree(dev, ino, entries)?;
+                let (depth, root, mut blocks) = self.write_tree(dev, ino, entries)?;
+                let attr = self.state.files[&ino].attr.clone();
+                let (overflow, mut chain) = match &attr {
+                    Some(a) => self.write_overflow(dev, ino, a)?,
+                    None => (0, Vec::new()),
+                };
+                blocks.append(&mut chain);
                 let f = self.state.files.get_mut(&ino).expect("live file");
                 old_trees.append(&mut std::mem::replace(&mut f.tree, blocks));
                 let slot = match f.slot {
@@ -778,7 +891,7 @@ impl Home {
                         s
                     }
                 };
-                self.records.insert(slot, InodeRecord { ino, size: f.size, depth, root, attr: f.attr.clone() });
+                self.records.insert(slot, InodeRecord { ino, size: f.size, depth, root, attr, overflow });
                 itable.insert(slot as usize / per_inode_block);
             }
             flush(dev)?;

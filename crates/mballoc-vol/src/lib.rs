@@ -78,6 +78,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod attr;
 mod buffered;
 mod cache;
 mod check;
@@ -95,20 +96,26 @@ mod names;
 mod namespace;
 mod probe;
 mod records;
+mod special;
 mod state;
 mod volume;
 mod wal;
 
+pub use attr::{
+    Attr, Link, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
+    S_IFREG, S_IFSOCK,
+};
 pub use check::{check, CheckReport, Repair};
 pub use device::{Device, FileDevice, MemDevice, OpenMode};
 pub use error::{Result, VolError};
 pub use format::{FormatOptions, Superblock, VolumeState, NAME_MAX, ROOT_INO};
+pub use format::{MAX_ATTR_BYTES, SYMLINK_MAX};
 pub use mballoc_fs::{
     Concurrency, ExtentState, FallocateMode, FileId, FsConfig, FsError, MappedExtent, Normalization, PreallocTable,
     StreamPlacement,
 };
 pub use mkfs::{mkfs, Overwrite};
-pub use names::{Attr, S_IFDIR, S_IFMT, S_IFREG};
 pub use namespace::{DirEntry, Owner, Replace, SetAttr, Usage};
 pub use probe::probe;
+pub use special::XattrSet;
 pub use volume::{Access, MountOptions, Volume, VolumeStats};

@@ -71,7 +71,6 @@ impl Log {
         for range in payload.chunks(bs, log_blocks) {
             let chunk = &payload.bytes()[range.clone()];
             let records = wal::decode(chunk).expect("an encoded transaction decodes");
-            let changes: Vec<Change> = records.iter().filter_map(|r| r.change().copied()).collect();
             let blocks = wal::blocks_for(chunk.len(), bs);
             if home.head + blocks > log_blocks {
                 self.checkpoint(&mut home, VolumeState::Mounted)?;
@@ -81,9 +80,9 @@ impl Log {
             // it still does not fit, nothing from here on becomes durable;
             // it goes back to the running transaction, where later
             // unlinks and truncates can make it fit.
-            if home.admit(&changes).is_err() {
+            if home.admit(&records).is_err() {
                 self.checkpoint(&mut home, VolumeState::Mounted)?;
-                if let Err((needed, have)) = home.admit(&changes) {
+                if let Err((needed, have)) = home.admit(&records) {
                     payload.restore_before(range.start, &mut self.running.lock());
                     return Err(VolError::MetadataFull { needed, free: have });
                 }
@@ -122,9 +121,15 @@ impl Log {
 }
 
 impl Log {
-    /// Journal an inode's name and attributes.
+    /// Journal an inode's names and attributes.
     pub(crate) fn record_attr(&self, ino: u64, attr: &crate::names::Attr) {
-        self.running.lock().push_attr(ino, attr);
+        self.running.lock().push_attrs(&[(ino, attr)]);
+    }
+
+    /// Journal several inodes' attributes in one transaction (both sides
+    /// of a rename that exchanges them).
+    pub(crate) fn record_attrs(&self, attrs: &[(u64, &crate::names::Attr)]) {
+        self.running.lock().push_attrs(attrs);
     }
 }
 

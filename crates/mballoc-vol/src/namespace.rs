@@ -1,13 +1,20 @@
 //! Names on a mounted volume: lookup, create, mkdir, unlink, rmdir,
-//! rename, attributes and free-space counts, over the tree of
-//! [`crate::names`]. Each call changes the tree in memory and journals the
-//! inodes it renamed or re-attributed; the engine journals creates and
-//! unlinks itself.
+//! rename (with `RENAME_NOREPLACE` and `RENAME_EXCHANGE`), attributes and
+//! free-space counts, over the tree of [`crate::names`]. Each call changes
+//! the tree in memory and journals the inodes it renamed or re-attributed;
+//! the engine journals creates and unlinks itself. Links, symbolic links,
+//! device nodes and extended attributes are in `special`.
+//!
+//! An inode that loses its last name while open becomes an orphan: its
+//! attributes (with no names) are journaled, it keeps working through its
+//! handles, and its last close removes it. A crash first leaves the
+//! nameless inode for the next read-write mount to remove.
 //!
 //! Lock order: the tree, then a file's cache, then the engine's own locks.
 //! Writes never take the tree's lock: they leave their change time in the
 //! file's cache, and fsync, close and sync journal it.
 
+use crate::attr::{Link, FL_APPEND, FL_IMMUTABLE};
 use crate::error::{Result, VolError};
 use crate::format::ROOT_INO;
 use crate::names::{check_name, now, Attr, Tree, S_IFDIR, S_IFMT, S_IFREG};
@@ -24,6 +31,8 @@ pub struct DirEntry {
     pub ino: u64,
     /// Whether it is a directory.
     pub is_dir: bool,
+    /// Its type bits (`S_IFREG`, `S_IFDIR`, `S_IFLNK`, ...).
+    pub kind: u32,
 }
 
 /// Attributes to change; `None` leaves one as it is.
@@ -63,7 +72,7 @@ pub struct Owner {
     pub mode: u32,
     /// Owner.
     pub uid: u32,
-    /// Group.
+    /// Group (a set-group-ID directory gives its own instead).
     pub gid: u32,
 }
 
@@ -71,6 +80,14 @@ impl Default for Owner {
     fn default() -> Self {
         Owner { mode: 0o644, uid: 0, gid: 0 }
     }
+}
+
+/// What a new inode is, beyond its type and owner.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeSpec {
+    pub mode: u32,
+    pub rdev: u32,
+    pub target: Vec<u8>,
 }
 
 impl Volume {
@@ -94,34 +111,50 @@ impl Volume {
         Ok(a)
     }
 
+    /// `st_nlink`: for a directory two plus its subdirectories, for
+    /// anything else its names.
+    pub fn nlink(&self, ino: u64) -> Result<u32> {
+        self.tree.read().nlink(ino)
+    }
+
     /// A directory's entries, by name.
     pub fn read_dir(&self, dir: u64) -> Result<Vec<DirEntry>> {
         let t = self.tree.read();
         let entries = t.dir(dir)?;
-        Ok(entries.iter().map(|(n, &ino)| DirEntry { name: n.clone(), ino, is_dir: t.attrs[&ino].is_dir() }).collect())
+        Ok(entries
+            .iter()
+            .map(|(n, &ino)| {
+                let kind = t.attrs[&ino].kind();
+                DirEntry { name: n.clone(), ino, is_dir: kind == S_IFDIR, kind }
+            })
+            .collect())
     }
 
     /// Create an empty regular file `name` in `dir`, open once.
     pub fn create_at(&self, dir: u64, name: &[u8], owner: Owner) -> Result<FileId> {
-        self.make(dir, Some(name), S_IFREG | (owner.mode & !S_IFMT), owner)
+        let spec = NodeSpec { mode: S_IFREG | (owner.mode & !S_IFMT), ..NodeSpec::default() };
+        self.make(dir, Some(name), spec, owner)
     }
 
     /// Make directory `name` in `dir`.
     pub fn mkdir(&self, dir: u64, name: &[u8], owner: Owner) -> Result<u64> {
-        let f = self.make(dir, Some(name), S_IFDIR | (owner.mode & !S_IFMT), owner)?;
+        let spec = NodeSpec { mode: S_IFDIR | (owner.mode & !S_IFMT), ..NodeSpec::default() };
+        let f = self.make(dir, Some(name), spec, owner)?;
         self.fs.close(f)?;
         Ok(f.0)
     }
 
-    /// A new inode of `mode` named `name` in `dir`, or, without a name, in
-    /// the root under its own number.
-    pub(crate) fn make(&self, dir: u64, name: Option<&[u8]>, mode: u32, owner: Owner) -> Result<FileId> {
+    /// A new inode named `name` in `dir`, or, without a name, in the root
+    /// under its own number; open once.
+    pub(crate) fn make(&self, dir: u64, name: Option<&[u8]>, spec: NodeSpec, owner: Owner) -> Result<FileId> {
         self.writable()?;
         if let Some(n) = name {
             check_name(n)?;
         }
         let mut t = self.tree.write();
+        let parent = t.attr(dir)?.clone();
         t.dir(dir)?;
+        guard_dir(&parent, dir, Change::Add)?;
         if let Some(n) = name {
             if t.entries[&dir].contains_key(n) {
                 return Err(VolError::Exists { dir, name: String::from_utf8_lossy(n).into_owned() });
@@ -141,7 +174,29 @@ impl Volume {
             }
         };
         let at = now();
-        let attr = Attr { parent: dir, mode, uid: owner.uid, gid: owner.gid, atime: at, mtime: at, ctime: at, name };
+        let mut mode = spec.mode;
+        let mut gid = owner.gid;
+        // A set-group-ID directory hands its group down, and its bit to
+        // new directories (ext4's and POSIX's rule).
+        if parent.mode & 0o2000 != 0 {
+            gid = parent.gid;
+            if mode & S_IFMT == S_IFDIR {
+                mode |= 0o2000;
+            }
+        }
+        let attr = Attr {
+            mode,
+            uid: owner.uid,
+            gid,
+            generation: self.next_generation(),
+            rdev: spec.rdev,
+            atime: at,
+            mtime: at,
+            ctime: at,
+            links: vec![Link { parent: dir, name }],
+            target: spec.target,
+            ..Attr::default()
+        };
         // Right after the engine's create: nothing written to the file can
         // reach the journal before its name.
         self.log.record_attr(f.0, &attr);
@@ -150,7 +205,8 @@ impl Volume {
         Ok(f)
     }
 
-    /// Remove the regular file `name` from `dir`.
+    /// Remove the name `name` from `dir` (not a directory). The inode goes
+    /// with its last name, or, if open, at its last close.
     pub fn unlink_at(&self, dir: u64, name: &[u8]) -> Result<()> {
         self.remove_at(dir, name, Kind::File)
     }
@@ -164,54 +220,112 @@ impl Volume {
         self.writable()?;
         let mut t = self.tree.write();
         let ino = t.lookup(dir, name)?;
+        guard_dir(t.attr(dir)?, dir, Change::Remove)?;
+        guard_inode(&t.attrs[&ino], ino)?;
         match (kind, t.attrs[&ino].is_dir()) {
-            (Kind::File, true) => Err(VolError::IsADirectory(ino)),
-            (Kind::Directory, false) => Err(VolError::NotADirectory(ino)),
-            _ => self.remove_locked(&mut t, ino),
+            (Kind::File, true) => return Err(VolError::IsADirectory(ino)),
+            (Kind::Directory, false) => return Err(VolError::NotADirectory(ino)),
+            (Kind::Directory, true) if !t.entries[&ino].is_empty() => return Err(VolError::NotEmpty(ino)),
+            _ => {}
         }
-    }
-
-    /// Remove file or empty directory `ino` wherever it is named.
-    pub(crate) fn remove_inode(&self, ino: u64) -> Result<()> {
-        self.writable()?;
-        let mut t = self.tree.write();
-        t.attr(ino)?;
-        self.remove_locked(&mut t, ino)
-    }
-
-    fn remove_locked(&self, t: &mut Tree, ino: u64) -> Result<()> {
-        if ino == ROOT_INO {
-            return Err(VolError::InvalidArgument("the root directory cannot be removed".into()));
-        }
-        if t.attrs[&ino].is_dir() && !t.entries[&ino].is_empty() {
-            return Err(VolError::NotEmpty(ino));
-        }
-        self.drop_inode(FileId(ino))?;
-        let parent = t.remove(ino).parent;
-        touch_dir(t, parent, now(), &self.log);
+        let at = now();
+        self.drop_name(&mut t, ino, &Link { parent: dir, name: name.to_vec() }, at)?;
+        touch_dir(&mut t, dir, at, &self.log);
         Ok(())
     }
 
-    /// Move `name` in `dir` to `new_name` in `new_dir`, replacing what
-    /// that names if it may be (a file by a file, an empty directory by a
-    /// directory). With [`Replace::Never`], an existing target is an error.
+    /// Remove file or empty directory `ino` under every name it has.
+    pub(crate) fn remove_inode(&self, ino: u64) -> Result<()> {
+        self.writable()?;
+        let mut t = self.tree.write();
+        let a = t.attr(ino)?.clone();
+        if ino == ROOT_INO {
+            return Err(VolError::InvalidArgument("the root directory cannot be removed".into()));
+        }
+        if a.is_dir() && !t.entries[&ino].is_empty() {
+            return Err(VolError::NotEmpty(ino));
+        }
+        self.drop_inode(FileId(ino))?;
+        t.remove(ino);
+        let at = now();
+        for l in &a.links {
+            touch_dir(&mut t, l.parent, at, &self.log);
+        }
+        Ok(())
+    }
+
+    /// Take name `l` from `ino`: journal what remains, or remove the inode
+    /// with its last name unless a handle holds it open (an orphan).
+    fn drop_name(&self, t: &mut Tree, ino: u64, l: &Link, at: i64) -> Result<()> {
+        let a = &t.attrs[&ino];
+        let last = a.links.len() == 1;
+        if last && (a.is_dir() || self.fs.open_handles(FileId(ino))? == 0) {
+            self.drop_inode(FileId(ino))?;
+            t.remove(ino);
+            return Ok(());
+        }
+        t.unlink(ino, l);
+        let a = t.attrs.get_mut(&ino).expect("still here");
+        a.ctime = at;
+        self.log.record_attr(ino, a);
+        Ok(())
+    }
+
+    /// Close a handle; the last close gives back the file's
+    /// preallocations, and removes an orphan.
+    pub fn close(&self, f: FileId) -> Result<()> {
+        self.settle_times(f.0);
+        self.fs.close(f)?;
+        let orphan = self.tree.read().attrs.get(&f.0).is_some_and(|a| f.0 != ROOT_INO && a.links.is_empty());
+        if orphan && self.opts.access == crate::volume::Access::ReadWrite {
+            let mut t = self.tree.write();
+            let still = t.attrs.get(&f.0).is_some_and(|a| a.links.is_empty());
+            if still && self.fs.open_handles(f)? == 0 {
+                self.drop_inode(f)?;
+                t.remove(f.0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Move `name` in `dir` to `new_name` in `new_dir`. [`Replace::Allowed`]
+    /// replaces what the new name names if it may be (a non-directory by a
+    /// non-directory, an empty directory by a directory); with
+    /// [`Replace::Never`] an existing target is an error; with
+    /// [`Replace::Exchange`] both names must exist and swap inodes, in one
+    /// journal transaction.
     pub fn rename(&self, dir: u64, name: &[u8], new_dir: u64, new_name: &[u8], replace: Replace) -> Result<()> {
         self.writable()?;
         check_name(new_name)?;
         let mut t = self.tree.write();
         let src = t.lookup(dir, name)?;
         t.dir(new_dir)?;
+        guard_dir(t.attr(dir)?, dir, Change::Remove)?;
+        guard_dir(t.attr(new_dir)?, new_dir, Change::Add)?;
+        guard_inode(&t.attrs[&src], src)?;
         let src_dir = t.attrs[&src].is_dir();
         if src_dir && t.is_within(new_dir, src) {
             return Err(VolError::Loop(src));
         }
-        if let Some(&target) = t.entries[&new_dir].get(new_name) {
+        let old_link = Link { parent: dir, name: name.to_vec() };
+        let new_link = Link { parent: new_dir, name: new_name.to_vec() };
+        let target = t.entries[&new_dir].get(new_name).copied();
+        if replace == Replace::Exchange {
+            let Some(target) = target else {
+                return Err(VolError::NoEntry { dir: new_dir, name: String::from_utf8_lossy(new_name).into_owned() });
+            };
+            return self.exchange(&mut t, (src, old_link), (target, new_link));
+        }
+        let at = now();
+        if let Some(target) = target {
             if target == src {
+                // Two names of one inode: POSIX leaves both.
                 return Ok(());
             }
             if replace == Replace::Never {
                 return Err(VolError::Exists { dir: new_dir, name: String::from_utf8_lossy(new_name).into_owned() });
             }
+            guard_inode(&t.attrs[&target], target)?;
             match (src_dir, t.attrs[&target].is_dir()) {
                 (false, true) => return Err(VolError::IsADirectory(target)),
                 (true, false) => return Err(VolError::NotADirectory(target)),
@@ -220,20 +334,13 @@ impl Volume {
             }
             // The target goes first: a crash between the two records
             // leaves the source under its old name, never two alike.
-            self.drop_inode(FileId(target))?;
-            t.remove(target);
+            self.drop_name(&mut t, target, &new_link, at)?;
         }
-        let children = if src_dir { self.take_entries(&mut t, src) } else { Default::default() };
-        let mut a = t.remove(src);
-        let at = now();
-        a.parent = new_dir;
-        a.name = new_name.to_vec();
+        t.unlink(src, &old_link);
+        t.link(src, new_link);
+        let a = t.attrs.get_mut(&src).expect("live");
         a.ctime = at;
-        self.log.record_attr(src, &a);
-        t.insert(src, a);
-        if src_dir {
-            t.entries.insert(src, children);
-        }
+        self.log.record_attr(src, a);
         touch_dir(&mut t, dir, at, &self.log);
         if new_dir != dir {
             touch_dir(&mut t, new_dir, at, &self.log);
@@ -241,10 +348,33 @@ impl Volume {
         Ok(())
     }
 
-    /// A directory's entries, taken out so that [`Tree::remove`] sees it
-    /// empty while it moves.
-    fn take_entries(&self, t: &mut Tree, dir: u64) -> std::collections::BTreeMap<Vec<u8>, u64> {
-        std::mem::take(t.entries.get_mut(&dir).expect("a directory has entries"))
+    /// `RENAME_EXCHANGE`: `a` takes `b`'s name and `b` takes `a`'s.
+    fn exchange(&self, t: &mut Tree, (a, la): (u64, Link), (b, lb): (u64, Link)) -> Result<()> {
+        if a == b {
+            return Ok(());
+        }
+        guard_inode(&t.attrs[&b], b)?;
+        // Neither directory may end up inside itself.
+        if t.attrs[&a].is_dir() && t.is_within(lb.parent, a) {
+            return Err(VolError::Loop(a));
+        }
+        if t.attrs[&b].is_dir() && t.is_within(la.parent, b) {
+            return Err(VolError::Loop(b));
+        }
+        t.unlink(a, &la);
+        t.unlink(b, &lb);
+        t.link(a, lb.clone());
+        t.link(b, la.clone());
+        let at = now();
+        for ino in [a, b] {
+            t.attrs.get_mut(&ino).expect("live").ctime = at;
+        }
+        self.log.record_attrs(&[(a, &t.attrs[&a]), (b, &t.attrs[&b])]);
+        touch_dir(t, la.parent, at, &self.log);
+        if lb.parent != la.parent {
+            touch_dir(t, lb.parent, at, &self.log);
+        }
+        Ok(())
     }
 
     /// Change attributes; the inode's change time becomes now.
@@ -256,6 +386,9 @@ impl Volume {
         if let Some(m) = pending {
             a.mtime = m;
         }
+        if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 && set != SetAttr::default() {
+            return Err(VolError::NotPermitted { ino, why: "immutable or append-only" });
+        }
         if let Some(mode) = set.mode {
             a.mode = (a.mode & S_IFMT) | (mode & !S_IFMT);
         }
@@ -266,6 +399,56 @@ impl Volume {
         a.ctime = now();
         self.log.record_attr(ino, a);
         Ok(a.clone())
+    }
+
+    /// A read of `ino` happened now: update its access time as ext4's
+    /// `relatime` does (when it is not after the last modification or
+    /// change, or is a day old), unless the inode is flagged noatime.
+    /// Returns whether it changed.
+    pub fn note_access(&self, ino: u64) -> Result<bool> {
+        const DAY: i64 = 24 * 3600 * 1_000_000_000;
+        let at = now();
+        let stale = |a: &Attr| {
+            a.flags & crate::attr::FL_NOATIME == 0 && (a.atime <= a.mtime || a.atime <= a.ctime || at - a.atime >= DAY)
+        };
+        if !stale(self.tree.read().attr(ino)?) || self.opts.access == crate::volume::Access::ReadOnly {
+            return Ok(false);
+        }
+        let mut t = self.tree.write();
+        let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
+        if !stale(a) {
+            return Ok(false);
+        }
+        a.atime = at;
+        self.log.record_attr(ino, a);
+        Ok(true)
+    }
+
+    /// A write, truncation or allocation by a caller without `CAP_FSETID`
+    /// clears the set-user-ID bit, and the set-group-ID bit of a
+    /// group-executable file, as the kernel does for ext4. Returns whether
+    /// it changed anything.
+    pub fn drop_privileges(&self, ino: u64) -> Result<bool> {
+        let kill = |a: &Attr| {
+            let sgid = a.mode & 0o2010 == 0o2010;
+            a.mode & S_IFMT == S_IFREG && (a.mode & 0o4000 != 0 || sgid)
+        };
+        if !kill(self.tree.read().attr(ino)?) {
+            return Ok(false);
+        }
+        self.writable()?;
+        let mut t = self.tree.write();
+        let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
+        if !kill(a) {
+            return Ok(false);
+        }
+        a.mode &= !0o4000;
+        if a.mode & 0o2010 == 0o2010 {
+            a.mode &= !0o2000;
+        }
+        a.ctime = now();
+        self.log.record_attr(ino, a);
+        Ok(true)
     }
 
     /// Note that file `f`'s contents changed now. Journaled by the next
@@ -322,10 +505,37 @@ pub enum Replace {
     Allowed,
     /// Fail with [`VolError::Exists`] (`RENAME_NOREPLACE`).
     Never,
+    /// Swap the two names' inodes; both must exist (`RENAME_EXCHANGE`).
+    Exchange,
+}
+
+/// What a call does to a directory's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    Add,
+    Remove,
+}
+
+/// Refuse a change to the entries of a directory its flags protect: an
+/// immutable one takes none, an append-only one only additions.
+pub(crate) fn guard_dir(a: &Attr, dir: u64, change: Change) -> Result<()> {
+    if a.flags & FL_IMMUTABLE != 0 || (a.flags & FL_APPEND != 0 && change == Change::Remove) {
+        return Err(VolError::NotPermitted { ino: dir, why: "the directory is immutable or append-only" });
+    }
+    Ok(())
+}
+
+/// Refuse renaming, linking or unlinking an immutable or append-only
+/// inode.
+pub(crate) fn guard_inode(a: &Attr, ino: u64) -> Result<()> {
+    if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 {
+        return Err(VolError::NotPermitted { ino, why: "immutable or append-only" });
+    }
+    Ok(())
 }
 
 /// A directory's contents changed at `at`: its times follow.
-fn touch_dir(t: &mut Tree, dir: u64, at: i64, log: &crate::log::Log) {
+pub(crate) fn touch_dir(t: &mut Tree, dir: u64, at: i64, log: &crate::log::Log) {
     let a = t.attrs.get_mut(&dir).expect("a live directory");
     a.mtime = at;
     a.ctime = at;

@@ -1,15 +1,15 @@
 //! The records the home areas hold, each with a crc32c bound to its
 //! location (group, slot or block) so a record copied to the wrong place
 //! fails its check: group descriptors, inode records, extent-tree entries
-//! and nodes.
+//! and nodes, and attribute overflow blocks.
 
+use crate::attr::{Attr, ATTR_INLINE};
 use crate::codec::{get16, get32, get64, put16, put32, put64};
 use crate::error::{Result, VolError};
 use crate::format::{
-    Extent, DESC_BYTES, ENTRY_BYTES, INODE_BYTES, INODE_MAGIC, MAX_DEPTH, MAX_ENTRY_LEN, MAX_LOGICAL, NODE_HEADER,
-    NODE_MAGIC, ROOT_ENTRIES,
+    Extent, DESC_BYTES, ENTRY_BYTES, INODE_BYTES, INODE_MAGIC, MAX_ATTR_BYTES, MAX_DEPTH, MAX_ENTRY_LEN, MAX_LOGICAL,
+    NODE_HEADER, NODE_MAGIC, OVERFLOW_HEADER, OVERFLOW_MAGIC, ROOT_ENTRIES,
 };
-use crate::names::Attr;
 
 /// One group's descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,7 +96,8 @@ impl Entry {
 }
 
 /// An inode record: a file's number, size and the root of its extent
-/// tree, then its name and attributes.
+/// tree, then its attributes: their first [`ATTR_INLINE`] bytes here, the
+/// rest in a chain of overflow blocks starting at `overflow`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InodeRecord {
     pub ino: u64,
@@ -106,6 +107,29 @@ pub struct InodeRecord {
     pub depth: u16,
     pub root: Vec<Entry>,
     pub attr: Option<Attr>,
+    /// The first overflow block (0: the attributes fit the record).
+    pub overflow: u64,
+}
+
+/// What an inode record says of attributes too long for it: their
+/// length, checksum and first bytes; the rest is in its overflow chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttrHead {
+    pub len: usize,
+    pub crc: u32,
+    pub inline: Vec<u8>,
+}
+
+impl AttrHead {
+    /// The whole attribute string from its overflow payloads, checked.
+    pub fn finish(&self, seed: u32, rest: &[u8]) -> std::result::Result<Attr, String> {
+        let mut all = self.inline.clone();
+        all.extend_from_slice(rest);
+        if all.len() != self.len || crc32c::crc32c_append(seed, &all) != self.crc {
+            return Err(format!("attributes of {} bytes do not match their checksum", all.len()));
+        }
+        Attr::decode(&all)
+    }
 }
 
 impl InodeRecord {
@@ -122,14 +146,22 @@ impl InodeRecord {
             e.encode(&mut out[32 + i * ENTRY_BYTES..32 + (i + 1) * ENTRY_BYTES]);
         }
         if let Some(a) = &self.attr {
-            a.encode_into(out);
+            let b = a.encode();
+            assert_eq!(b.len() > ATTR_INLINE, self.overflow != 0, "overflow blocks go with long attributes");
+            put32(out, 24, b.len() as u32);
+            put32(out, 28, crc32c::crc32c_append(seed, &b));
+            put64(out, OVERFLOW_AT, self.overflow);
+            let n = b.len().min(ATTR_INLINE);
+            out[INLINE_AT..INLINE_AT + n].copy_from_slice(&b[..n]);
         }
         let crc = slot_crc(seed, slot, out);
         put32(out, INODE_BYTES - 4, crc);
     }
 
-    /// Parse slot `slot`: `None` for a free (all-zero) slot.
-    pub fn decode(seed: u32, slot: u32, b: &[u8], block: u64) -> Result<Option<InodeRecord>> {
+    /// Parse slot `slot`: `None` for a free (all-zero) slot. Attributes
+    /// longer than the record come back as an [`AttrHead`] to finish from
+    /// the overflow chain.
+    pub fn decode(seed: u32, slot: u32, b: &[u8], block: u64) -> Result<Option<(InodeRecord, Option<AttrHead>)>> {
         if b.iter().all(|&x| x == 0) {
             return Ok(None);
         }
@@ -150,12 +182,81 @@ impl InodeRecord {
             return bad(format!("inode number {ino}"));
         }
         let root = (0..n).map(|i| Entry::decode(&b[32 + i * ENTRY_BYTES..], depth == 0)).collect();
-        let attr = match Attr::decode_from(b) {
-            Ok(a) => a,
+        let (len, crc, overflow) = (get32(b, 24) as usize, get32(b, 28), get64(b, OVERFLOW_AT));
+        let mut rec = InodeRecord { ino, size: get64(b, 16), depth, root, attr: None, overflow };
+        if len > MAX_ATTR_BYTES || (len > ATTR_INLINE) != (overflow != 0) {
+            return bad(format!("attributes of {len} bytes, overflow block {overflow}"));
+        }
+        if len == 0 {
+            return Ok(Some((rec, None)));
+        }
+        let head = AttrHead { len, crc, inline: b[INLINE_AT..INLINE_AT + len.min(ATTR_INLINE)].to_vec() };
+        if len > ATTR_INLINE {
+            return Ok(Some((rec, Some(head))));
+        }
+        match head.finish(seed, &[]) {
+            Ok(a) => rec.attr = Some(a),
             Err(d) => return bad(d),
-        };
-        Ok(Some(InodeRecord { ino, size: get64(b, 16), depth, root, attr }))
+        }
+        Ok(Some((rec, None)))
     }
+}
+
+/// Where an inode record keeps its first overflow block.
+const OVERFLOW_AT: usize = 240;
+/// Where an inode record's attribute bytes start.
+const INLINE_AT: usize = 248;
+
+/// One block of an inode's attribute overflow chain, in the tree area.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overflow {
+    pub owner: u32,
+    /// The next block of the chain (0: the last).
+    pub next: u64,
+    pub payload: Vec<u8>,
+}
+
+impl Overflow {
+    /// Payload bytes one block holds.
+    pub fn capacity(block_size: usize) -> usize {
+        block_size - OVERFLOW_HEADER
+    }
+
+    /// The block as stored at `block`.
+    pub fn encode(&self, seed: u32, block: u64, block_size: usize) -> Vec<u8> {
+        assert!(self.payload.len() <= Overflow::capacity(block_size) && !self.payload.is_empty());
+        let mut b = vec![0u8; block_size];
+        put16(&mut b, 0, OVERFLOW_MAGIC);
+        put32(&mut b, 4, self.owner);
+        put64(&mut b, 8, self.next);
+        put32(&mut b, 20, self.payload.len() as u32);
+        b[OVERFLOW_HEADER..OVERFLOW_HEADER + self.payload.len()].copy_from_slice(&self.payload);
+        let crc = overflow_crc(seed, block, &b);
+        put32(&mut b, 16, crc);
+        b
+    }
+
+    /// Parse the overflow block at `block`, owned by `owner`.
+    pub fn decode(seed: u32, block: u64, b: &[u8], owner: u32) -> Result<Overflow> {
+        let bad = |d: String| Err(VolError::corrupt("attribute block", block, d));
+        if get16(b, 0) != OVERFLOW_MAGIC {
+            return bad("bad magic".into());
+        }
+        if get32(b, 16) != overflow_crc(seed, block, b) {
+            return Err(VolError::Checksum { structure: "attribute block", block });
+        }
+        let len = get32(b, 20) as usize;
+        if len == 0 || len > Overflow::capacity(b.len()) || get32(b, 4) != owner {
+            return bad(format!("{len} bytes, owner {}, expected {owner}", get32(b, 4)));
+        }
+        Ok(Overflow { owner, next: get64(b, 8), payload: b[OVERFLOW_HEADER..OVERFLOW_HEADER + len].to_vec() })
+    }
+}
+
+fn overflow_crc(seed: u32, block: u64, b: &[u8]) -> u32 {
+    let c = crc32c::crc32c_append(seed, &block.to_le_bytes());
+    let c = crc32c::crc32c_append(c, &b[..16]);
+    crc32c::crc32c_append(c, &b[20..])
 }
 
 fn slot_crc(seed: u32, slot: u32, b: &[u8]) -> u32 {
@@ -250,12 +351,38 @@ mod tests {
     #[test]
     fn inode_and_node_round_trip() {
         let e = Extent { logical: 5, physical: 900, len: 3, unwritten: true };
-        let attr = Attr { parent: 1, mode: 0o100_600, name: b"data".to_vec(), ..Attr::default() };
-        let rec = InodeRecord { ino: 12, size: 4096 * 8, depth: 0, root: vec![Entry::Leaf(e)], attr: Some(attr) };
+        let link = crate::attr::Link { parent: 1, name: b"data".to_vec() };
+        let attr = Attr { mode: 0o100_600, links: vec![link], ..Attr::default() };
+        let rec = InodeRecord {
+            ino: 12,
+            size: 4096 * 8,
+            depth: 0,
+            root: vec![Entry::Leaf(e)],
+            attr: Some(attr),
+            overflow: 0,
+        };
         let mut b = vec![0u8; INODE_BYTES];
         rec.encode(1, 3, &mut b);
-        assert_eq!(InodeRecord::decode(1, 3, &b, 9).unwrap(), Some(rec));
+        assert_eq!(InodeRecord::decode(1, 3, &b, 9).unwrap(), Some((rec.clone(), None)));
         assert!(InodeRecord::decode(1, 4, &b, 9).is_err(), "bound to its slot");
+
+        // Attributes longer than the record: the head here, the rest in
+        // overflow blocks.
+        let mut long = rec.attr.clone().unwrap();
+        long.xattrs.insert(b"user.big".to_vec(), vec![7; 900]);
+        let bytes = long.encode();
+        let big = InodeRecord { attr: Some(long.clone()), overflow: 500, ..rec };
+        big.encode(1, 3, &mut b);
+        let (got, head) = InodeRecord::decode(1, 3, &b, 9).unwrap().unwrap();
+        assert_eq!((got.attr, got.overflow), (None, 500));
+        let head = head.expect("too long for the record");
+        let ov = Overflow { owner: 12, next: 0, payload: bytes[ATTR_INLINE..].to_vec() };
+        let ob = ov.encode(1, 500, 1024);
+        assert_eq!(Overflow::decode(1, 500, &ob, 12).unwrap(), ov);
+        assert!(Overflow::decode(1, 501, &ob, 12).is_err(), "bound to its block");
+        assert!(Overflow::decode(1, 500, &ob, 13).is_err(), "bound to its owner");
+        assert_eq!(head.finish(1, &ov.payload).unwrap(), long);
+        assert!(head.finish(1, &ov.payload[1..]).is_err(), "checked whole");
         let node = Node { depth: 0, owner: 12, entries: vec![Entry::Leaf(e)] };
         let nb = node.encode(1, 77, 1024);
         assert_eq!(Node::decode(1, 77, &nb, 0, 12).unwrap(), node);

@@ -107,6 +107,15 @@ pub struct Volume {
     pub(crate) replayed: u64,
     /// Names and attributes ([`crate::names`]).
     pub(crate) tree: RwLock<crate::names::Tree>,
+    /// The next inode generation (file handles tell reused numbers apart).
+    pub(crate) generation: std::sync::atomic::AtomicU32,
+}
+
+/// A generation counter's start: different on every mount, so a number
+/// reused after a remount still gets a new generation.
+fn now_seed() -> u32 {
+    let ns = crate::names::now() as u64;
+    (ns ^ (ns >> 32)) as u32 | 1
 }
 
 fn uuid() -> [u8; 16] {
@@ -209,8 +218,10 @@ impl Volume {
             .map(|(&ino, f)| ImportedFile { ino, size: f.size, extents: engine_extents(f) })
             .collect();
         let live = home.state.files.len() as u64;
-        // Inodes a crash caught between the engine's create and the name.
+        // Inodes a crash caught between the engine's create and the name,
+        // and orphans: unlinked while open when the volume went down.
         let mut nameless: Vec<u64> = home.state.files.keys().filter(|i| !tree.attrs.contains_key(i)).copied().collect();
+        nameless.extend(tree.orphans());
         nameless.sort_unstable();
         let mut fs = Fs::import(cfg, &home.state.bitmaps, files)?;
         let needs_write = replayed > 0 || !stale_groups.is_empty() || stale_counters;
@@ -247,6 +258,7 @@ impl Volume {
             data_writes: AtomicU64::new(0),
             replayed: replayed as u64,
             tree: RwLock::new(tree),
+            generation: std::sync::atomic::AtomicU32::new(now_seed()),
         })
         .and_then(|v| v.remove_nameless(&nameless).map(|()| v))
     }
@@ -257,9 +269,14 @@ impl Volume {
         if self.opts.access == Access::ReadOnly || inos.is_empty() {
             return Ok(());
         }
+        let mut t = self.tree.write();
         for &ino in inos {
             self.drop_inode(FileId(ino))?;
+            if t.attrs.contains_key(&ino) {
+                t.remove(ino);
+            }
         }
+        drop(t);
         self.engine(self.fs.try_commit()).map(|_| ())
     }
 
@@ -352,10 +369,15 @@ impl Volume {
     /// Create an empty file, open once, named by its number in the root
     /// directory (`13`, or `13.1` if a file already has that name).
     pub fn create(&self) -> Result<FileId> {
-        self.make(crate::format::ROOT_INO, None, crate::names::S_IFREG | 0o644, crate::namespace::Owner::default())
+        let spec = crate::namespace::NodeSpec { mode: crate::names::S_IFREG | 0o644, ..Default::default() };
+        self.make(crate::format::ROOT_INO, None, spec, crate::namespace::Owner::default())
     }
 
     /// An inode from the engine, counted against the inode slots.
+    pub(crate) fn next_generation(&self) -> u32 {
+        self.generation.fetch_add(1, Ordering::Relaxed)
+    }
+
     pub(crate) fn create_inode(&self) -> Result<FileId> {
         let n = self.live_files.fetch_add(1, Ordering::AcqRel);
         if n >= u64::from(self.sb.inode_count) {
@@ -373,10 +395,10 @@ impl Volume {
         Ok(self.fs.open(f)?)
     }
 
-    /// Close a handle; the last close gives back the file's preallocations.
-    pub fn close(&self, f: FileId) -> Result<()> {
-        self.settle_times(f.0);
-        Ok(self.fs.close(f)?)
+    /// Blocks the file holds: mapped, and reserved for delayed data
+    /// (what ext4 counts in `st_blocks`).
+    pub fn blocks_held(&self, f: FileId) -> Result<u64> {
+        Ok(self.fs.blocks_held(f)?)
     }
 
     /// File size in bytes.

@@ -9,11 +9,11 @@
 //! epoch (the checkpoint count) are in every header, so stale transactions
 //! left over from before a checkpoint never match.
 
+use crate::attr::{Attr, ATTR_FIXED, ATTR_TAG};
 use crate::codec::{get32, get64, put32, put64};
 use crate::device::Device;
 use crate::error::{Result, VolError};
 use crate::format::Superblock;
-use crate::names::{Attr, ATTR_FIXED, ATTR_TAG};
 use mballoc_fs::{Change, ExtentState};
 
 /// One journal record: a change the engine made to a file, or an inode's
@@ -138,7 +138,7 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Record>, String> {
 }
 
 /// The largest record, so that a chunk boundary can always be found.
-const MAX_RECORD: usize = 1 + ATTR_FIXED + crate::format::NAME_MAX;
+const MAX_RECORD: usize = 1 + ATTR_FIXED + crate::format::MAX_ATTR_BYTES;
 
 /// Blocks a transaction with `payload` bytes takes.
 pub fn blocks_for(payload: usize, block_size: usize) -> u64 {
@@ -169,9 +169,15 @@ impl Running {
         }
     }
 
-    /// Append an inode's attributes.
-    pub fn push_attr(&mut self, ino: u64, attr: &Attr) {
-        attr.encode_record(ino, &mut self.bytes);
+    /// Append inodes' attributes, never split from each other.
+    pub fn push_attrs(&mut self, attrs: &[(u64, &Attr)]) {
+        let start = self.bytes.len();
+        for (ino, attr) in attrs {
+            attr.encode_record(*ino, &mut self.bytes);
+        }
+        if attrs.len() > 1 {
+            self.groups.push((start, self.bytes.len()));
+        }
     }
 
     /// Nothing recorded.
@@ -231,7 +237,7 @@ fn record_boundary(bytes: &[u8], from: usize, limit: usize) -> usize {
     let mut at = from;
     loop {
         let n = if bytes[at] == ATTR_TAG {
-            1 + ATTR_FIXED + get64(bytes, at + 1 + 7 * 8) as usize
+            1 + ATTR_FIXED + get64(bytes, at + 1 + 8) as usize
         } else {
             1 + 8 * fields(bytes[at]).expect("a payload this crate encoded")
         };
@@ -416,15 +422,17 @@ mod tests {
         ];
         let mut b = Vec::new();
         cs.iter().for_each(|c| encode(c, &mut b));
-        let named = crate::names::Attr { parent: 1, mode: 0o100_644, name: b"f".to_vec(), ..Default::default() };
+        let link = crate::attr::Link { parent: 1, name: b"f".to_vec() };
+        let named = crate::names::Attr { mode: 0o100_644, links: vec![link], ..Default::default() };
         named.encode_record(12, &mut b);
+        let attr_len = named.encoded_len();
         let mut want: Vec<Record> = cs.iter().map(|&c| Record::File(c)).collect();
         want.push(Record::Attr { ino: 12, attr: named });
         assert_eq!(decode(&b).unwrap(), want);
         assert!(decode(&b[..b.len() - 1]).is_err());
         assert_eq!(
             record_boundary(&b, 0, b.len() - 1),
-            b.len() - (1 + ATTR_FIXED + 1),
+            b.len() - (1 + ATTR_FIXED + attr_len),
             "attribute records have a length"
         );
         let mut many = Running::default();

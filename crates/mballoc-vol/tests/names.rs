@@ -8,7 +8,8 @@
 
 use mballoc_vol::crash::RecordingDevice;
 use mballoc_vol::{
-    check, FormatOptions, MemDevice, MountOptions, Owner, Repair, Replace, SetAttr, VolError, Volume, ROOT_INO,
+    check, FormatOptions, MemDevice, MountOptions, Owner, Repair, Replace, SetAttr, VolError, Volume, XattrSet,
+    ROOT_INO,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -35,7 +36,8 @@ fn fresh() -> Arc<MemDevice> {
     dev
 }
 
-/// Every path in the volume, with its kind and (for files) contents.
+/// Every path in the volume, with its kind and (for anything but a
+/// directory) its inode, contents, link target and extended attributes.
 fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
     fn walk(vol: &Volume, dir: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
         for e in vol.read_dir(dir).unwrap() {
@@ -47,7 +49,15 @@ fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
                 let f = mballoc_vol::FileId(e.ino);
                 let mut data = vec![0u8; vol.size(f).unwrap() as usize];
                 vol.read(f, 0, &mut data).unwrap();
-                out.insert(path, Some(data));
+                let a = vol.attr(e.ino).unwrap();
+                let mut sig = format!("{}:{:o}:{}:", e.ino, a.mode, a.links.len()).into_bytes();
+                sig.extend_from_slice(&data);
+                sig.extend_from_slice(&a.target);
+                for (k, v) in &a.xattrs {
+                    sig.extend_from_slice(k);
+                    sig.extend_from_slice(v);
+                }
+                out.insert(path, Some(sig));
             }
         }
     }
@@ -69,7 +79,10 @@ fn operations_and_their_errors() {
     assert!(a.is_dir() && a.mode & 0o777 == 0o750 && a.uid == 5 && a.gid == 6);
     assert!(matches!(vol.create_at(d, b"f", Owner::default()), Err(VolError::Exists { .. })));
     assert!(matches!(vol.create_at(d, b"a/b", Owner::default()), Err(VolError::InvalidName { .. })));
-    assert!(matches!(vol.create_at(d, &[b'n'; 300], Owner::default()), Err(VolError::InvalidName { .. })));
+    assert!(matches!(vol.create_at(d, &[b'n'; 256], Owner::default()), Err(VolError::InvalidName { .. })));
+    let long = vol.create_at(d, &[b'n'; 255], Owner::default()).unwrap();
+    vol.close(long).unwrap();
+    vol.unlink_at(d, &[b'n'; 255]).unwrap();
     assert!(matches!(vol.create_at(f.0, b"x", Owner::default()), Err(VolError::NotADirectory(_))));
     assert!(matches!(vol.lookup(d, b"nope"), Err(VolError::NoEntry { .. })));
     assert!(matches!(vol.rmdir(ROOT_INO, b"d"), Err(VolError::NotEmpty(_))));
@@ -84,6 +97,10 @@ fn operations_and_their_errors() {
     assert!(matches!(vol.rename(d, b"f", ROOT_INO, b"g", Replace::Never), Err(VolError::Exists { .. })));
     vol.rename(d, b"f", ROOT_INO, b"g", Replace::Allowed).unwrap();
     assert_eq!(vol.lookup(ROOT_INO, b"g").unwrap(), f.0);
+    // The replaced file was still open: an orphan until its last close.
+    assert_eq!(vol.size(g).unwrap(), 3);
+    assert!(vol.attr(g.0).unwrap().links.is_empty());
+    vol.close(g).unwrap();
     assert!(vol.size(g).is_err(), "the replaced file is gone");
     assert!(matches!(vol.rename(ROOT_INO, b"g", ROOT_INO, b"d", Replace::Allowed), Err(VolError::IsADirectory(_))));
     // A directory moves with its entries.
@@ -146,8 +163,15 @@ fn an_older_format_is_refused_with_a_reason() {
     sb[508..].copy_from_slice(&crc.to_le_bytes());
     mballoc_vol::Device::write_at(&*dev, 0, &sb).unwrap();
     let e = Volume::open(dev.clone(), mount_opts()).err().expect("refused");
-    assert!(matches!(e, VolError::Version { found: 1, supported: 2 }), "{e}");
+    assert!(matches!(e, VolError::Version { found: 1, supported: 3 }), "{e}");
     assert!(e.to_string().contains("no directory tree"), "{e}");
+    sb[4..8].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32c::crc32c(&sb[..508]);
+    sb[508..].copy_from_slice(&crc.to_le_bytes());
+    mballoc_vol::Device::write_at(&*dev, 0, &sb).unwrap();
+    let e = Volume::open(dev.clone(), mount_opts()).err().expect("refused");
+    assert!(matches!(e, VolError::Version { found: 2, supported: 3 }), "{e}");
+    assert!(e.to_string().contains("mballoc upgrade"), "{e}");
 }
 
 #[test]
@@ -167,7 +191,7 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
         let dir = dirs[rng.gen_range(0..dirs.len())];
         let entries = vol.read_dir(dir).unwrap();
         let name = format!("n{}", rng.gen_range(0..12)).into_bytes();
-        match rng.gen_range(0..10) {
+        match rng.gen_range(0..11) {
             0..=2 => {
                 if let Ok(f) = vol.create_at(dir, &name, Owner::default()) {
                     vol.write(f, 0, &vec![i as u8; rng.gen_range(1..3000)]).unwrap();
@@ -182,7 +206,21 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
             4..=5 if !entries.is_empty() => {
                 let e = &entries[rng.gen_range(0..entries.len())];
                 let to = dirs[rng.gen_range(0..dirs.len())];
-                let _ = vol.rename(dir, &e.name, to, &name, Replace::Allowed);
+                let how = [Replace::Allowed, Replace::Exchange][rng.gen_range(0..2)];
+                let _ = vol.rename(dir, &e.name, to, &name, how);
+            }
+            7 if !entries.is_empty() => {
+                // A hard link, a symbolic link (long ones overflow the
+                // inode record) or an extended attribute.
+                let e = &entries[rng.gen_range(0..entries.len())];
+                let to = dirs[rng.gen_range(0..dirs.len())];
+                let _ = match rng.gen_range(0..3) {
+                    0 => vol.link(e.ino, to, &name),
+                    1 => vol
+                        .symlink(to, &name, &vec![b'a' + (i % 26) as u8; rng.gen_range(1..600)], Owner::default())
+                        .map(drop),
+                    _ => vol.set_xattr(e.ino, b"user.t", &vec![i as u8; rng.gen_range(0..900)], XattrSet::Any),
+                };
             }
             6 if !entries.is_empty() => {
                 let e = &entries[rng.gen_range(0..entries.len())];

@@ -90,6 +90,17 @@ impl Fs {
         })
     }
 
+    /// Handles open on `f`.
+    pub fn open_handles(&self, f: FileId) -> Result<u32> {
+        self.with_inode(f, false, |_, ino| Ok(ino.open))
+    }
+
+    /// Blocks `f` holds or has reserved: mapped ones and delayed data
+    /// still waiting for writeback (ext4 counts both in `st_blocks`).
+    pub fn blocks_held(&self, f: FileId) -> Result<u64> {
+        self.with_inode(f, false, |_, ino| Ok(ino.map.blocks() + ino.delayed.len()))
+    }
+
     /// File size in bytes.
     pub fn size(&self, f: FileId) -> Result<u64> {
         self.with_inode(f, false, |_, ino| Ok(ino.size))

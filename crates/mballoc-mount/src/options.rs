@@ -1,0 +1,172 @@
+//! Mount options, by name as ext4 takes them where they mean the same
+//! (`commit=`, `ro`, `noatime`), from the command line or from `-o` as
+//! `mount(8)` and /etc/fstab pass them to a mount helper.
+
+use anyhow::{bail, Context, Result};
+use std::time::Duration;
+
+/// The allocation policy a mount runs the engine with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Profile {
+    /// The engine's own defaults.
+    #[default]
+    Default,
+    /// ext4's decisions (docs/PROFILES.md).
+    Kernel,
+}
+
+impl Profile {
+    /// The name `profile=` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Default => "default",
+            Profile::Kernel => "kernel",
+        }
+    }
+}
+
+/// When reads update access times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Atime {
+    /// ext4's default: when the access time is not after the last change,
+    /// or is a day old.
+    #[default]
+    Relatime,
+    /// Never.
+    NoAtime,
+}
+
+/// How a volume is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountConfig {
+    /// Bytes per cache folio (4 KiB to 2 MiB, a power of two).
+    pub folio: u32,
+    /// The allocation policy.
+    pub profile: Profile,
+    /// Threads serving requests.
+    pub threads: usize,
+    /// Longest time written data stays volatile without an fsync (ext4's
+    /// `commit=`, default 5 s); zero: only fsync and unmount commit.
+    pub commit: Duration,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Access-time updates.
+    pub atime: Atime,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            folio: 2 << 20,
+            profile: Profile::Default,
+            threads: 4,
+            commit: Duration::from_secs(5),
+            read_only: false,
+            atime: Atime::Relatime,
+        }
+    }
+}
+
+/// Options mount(8) and fstab pass that mean nothing here, or that the
+/// mount always has (nodev, nosuid are always on; the kernel checks
+/// permissions).
+const IGNORED: [&str; 13] = [
+    "defaults", "auto", "noauto", "nofail", "user", "users", "nouser", "_netdev", "rw", "nodev", "nosuid", "dev",
+    "suid",
+];
+
+impl MountConfig {
+    /// Apply a comma-separated option list (`commit=10,ro,noatime`).
+    pub fn apply(&mut self, list: &str) -> Result<()> {
+        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, value) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let need = || value.with_context(|| format!("mount option {key} needs a value ({key}=...)"));
+            match key {
+                "commit" => {
+                    let s: u64 =
+                        need()?.parse().with_context(|| format!("commit={}: seconds", need().unwrap_or("")))?;
+                    if s > 86_400 {
+                        bail!("commit={s}: at most 86400 seconds");
+                    }
+                    self.commit = Duration::from_secs(s);
+                }
+                "ro" => self.read_only = true,
+                "noatime" => self.atime = Atime::NoAtime,
+                "relatime" | "atime" => self.atime = Atime::Relatime,
+                "folio" => self.folio = parse_size(need()?).context("folio=")?,
+                "threads" => {
+                    self.threads = need()?.parse().context("threads=: a count")?;
+                    if self.threads == 0 || self.threads > 256 {
+                        bail!("threads={}: 1 to 256", self.threads);
+                    }
+                }
+                "profile" => {
+                    self.profile = match need()? {
+                        "default" => Profile::Default,
+                        "kernel" => Profile::Kernel,
+                        p => bail!("profile={p}: default or kernel"),
+                    }
+                }
+                k if IGNORED.contains(&k) || k.starts_with("x-") => {}
+                k => bail!(
+                    "unknown mount option {k:?}; known: commit=SECS, ro, noatime, relatime, folio=SIZE, \
+                     threads=N, profile=default|kernel"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// The same configuration as an option list [`MountConfig::apply`]
+    /// takes back.
+    pub fn to_options(&self) -> String {
+        let mut v = vec![
+            format!("commit={}", self.commit.as_secs()),
+            format!("folio={}", self.folio),
+            format!("threads={}", self.threads),
+            format!("profile={}", self.profile.name()),
+        ];
+        if self.read_only {
+            v.push("ro".into());
+        }
+        if self.atime == Atime::NoAtime {
+            v.push("noatime".into());
+        }
+        v.join(",")
+    }
+}
+
+/// A byte count with an optional K, M or G suffix.
+pub fn parse_size(s: &str) -> Result<u32> {
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().with_context(|| format!("{s:?} is not a size"))?;
+    let bytes = n.checked_mul(mult).filter(|&b| b <= 2 << 20).with_context(|| format!("{s}: at most 2 MiB"))?;
+    Ok(bytes as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_round_trip_and_bad_ones_are_named() {
+        let mut c = MountConfig::default();
+        c.apply("commit=10,ro,noatime,folio=64K,threads=8,profile=kernel,defaults,x-systemd.automount").unwrap();
+        assert_eq!(c.commit, Duration::from_secs(10));
+        assert!(c.read_only && c.atime == Atime::NoAtime && c.folio == 64 << 10 && c.threads == 8);
+        let mut d = MountConfig::default();
+        d.apply(&c.to_options()).unwrap();
+        assert_eq!(c, d);
+        for bad in ["commit", "commit=x", "bogus", "threads=0", "profile=xfs", "folio=4G"] {
+            assert!(MountConfig::default().apply(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The mount against the kernel's ext4, check by check: `posix_checks.py`
+//! observes the same POSIX promises (unlinked-open files, truncate by
+//! path, fallocate past the end, 255-byte names, link counts, st_blocks of
+//! unsynced data, renameat2 flags, hard and symbolic links, device nodes,
+//! extended attributes, set-group-ID directories, set-user-ID clearing,
+//! permissions for another user, chattr flags, listings while deleting and
+//! creating, times, file handles) on a loop-mounted ext4 image and on an
+//! mballoc mount, and every line must agree.
+//!
+//! Needs root, loop devices, mkfs.ext4, /dev/fuse, fusermount3 and
+//! python3; skipped with one line otherwise.
+
+use mballoc_mount::{MountArgs, MountConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn ready() -> Result<(), String> {
+    if !Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n")) {
+        return Err("needs root".into());
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Err("no /dev/fuse".into());
+    }
+    for tool in [["fusermount3", "-V"], ["mkfs.ext4", "-V"], ["python3", "--version"]] {
+        if Command::new(tool[0]).arg(tool[1]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            return Err(format!("no {}", tool[0]));
+        }
+    }
+    Ok(())
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let d = base.join(format!("mballoc-posix-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("mnt")).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let mnt = self.0.join("mnt");
+        let _ = Command::new("umount").arg(&mnt).stderr(Stdio::null()).status();
+        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&mnt).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run_checks(dir: &Path) -> Vec<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/posix_checks.py");
+    let out = Command::new("python3").arg(script).arg(dir).output().expect("python3 runs");
+    assert!(out.status.success(), "posix_checks.py: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8").lines().map(String::from).collect()
+}
+
+fn on_ext4() -> Vec<String> {
+    let s = Scratch::new("ext4");
+    let img = s.0.join("ext4.img");
+    std::fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
+    let ok = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).status().unwrap().success();
+    assert!(ok, "mkfs.ext4");
+    let mnt = s.0.join("mnt");
+    // nodev and nosuid, as the FUSE mount has them.
+    let ok = Command::new("mount").args(["-o", "loop,nodev,nosuid"]).arg(&img).arg(&mnt).status().unwrap().success();
+    assert!(ok, "loop-mounting ext4");
+    let lines = run_checks(&mnt);
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    lines
+}
+
+fn on_mballoc() -> Vec<String> {
+    let s = Scratch::new("mballoc");
+    let vol = s.0.join("vol");
+    let opts = mballoc_vol::FormatOptions::default();
+    mballoc_vol::mkfs(&vol, Some(512 << 20), &opts, mballoc_vol::Overwrite::Refuse).unwrap();
+    let mnt = s.0.join("mnt");
+    let args = MountArgs { volume: vol.clone(), dir: mnt.clone(), config: MountConfig::default() };
+    let server = std::thread::spawn(move || mballoc_mount::serve(&args));
+    let t0 = Instant::now();
+    while !mballoc_mount::is_mounted(&mnt).unwrap_or(false) {
+        assert!(!server.is_finished(), "the server ended before mounting");
+        assert!(t0.elapsed() < Duration::from_secs(20), "not mounted after 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lines = run_checks(&mnt);
+    mballoc_mount::umount(&mnt).unwrap();
+    server.join().unwrap().unwrap();
+    let dev = mballoc_vol::FileDevice::open(&vol, mballoc_vol::OpenMode::ReadOnly).unwrap();
+    let report = mballoc_vol::check(&dev, mballoc_vol::Repair::No).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    lines
+}
+
+#[test]
+fn the_mount_keeps_the_promises_ext4_keeps() {
+    if let Err(why) = ready() {
+        eprintln!("skipped the_mount_keeps_the_promises_ext4_keeps: {why}");
+        return;
+    }
+    let kernel = on_ext4();
+    let ours = on_mballoc();
+    let mut differ = Vec::new();
+    for (k, o) in kernel.iter().zip(&ours) {
+        if k != o {
+            differ.push(format!("  ext4:    {k}\n  mballoc: {o}"));
+        }
+    }
+    if kernel.len() != ours.len() {
+        differ.push(format!("  {} lines on ext4, {} on mballoc", kernel.len(), ours.len()));
+    }
+    eprintln!("{} observations compared with ext4", kernel.len());
+    assert!(differ.is_empty(), "the mount differs from ext4:\n{}", differ.join("\n"));
+    assert!(kernel.len() > 80, "only {} observations", kernel.len());
+}

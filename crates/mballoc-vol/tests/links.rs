@@ -1,0 +1,221 @@
+//! Format 3's objects: hard links, symbolic links, device nodes, extended
+//! attributes, chattr flags, RENAME_EXCHANGE and orphans, each through an
+//! unmount and a crash, with attribute strings long enough to overflow the
+//! inode record into the tree area.
+
+use mballoc_vol::{
+    check, FileId, FormatOptions, MemDevice, MountOptions, Owner, Repair, Replace, VolError, Volume, XattrSet,
+    FL_APPEND, FL_IMMUTABLE, MAX_ATTR_BYTES, ROOT_INO, S_IFCHR, S_IFIFO, S_IFLNK, S_IFMT,
+};
+use std::sync::Arc;
+
+fn fresh() -> Arc<MemDevice> {
+    let dev = Arc::new(MemDevice::new(8 << 20));
+    let opts = FormatOptions {
+        block_size: 1024,
+        blocks_per_group: Some(1024),
+        log_blocks: Some(32),
+        inode_count: Some(128),
+        tree_blocks: Some(64),
+    };
+    Volume::format(dev.clone(), &opts).unwrap();
+    dev
+}
+
+fn mount(dev: &Arc<MemDevice>) -> Volume {
+    Volume::open(dev.clone(), MountOptions { folio_size: 4096, commit_interval_ops: 0, ..MountOptions::default() })
+        .unwrap()
+}
+
+/// Mount what a crash now would leave: the device as it is, no unmount;
+/// the mount and its device.
+fn crash(vol: Volume, dev: &Arc<MemDevice>) -> (Volume, Arc<MemDevice>) {
+    let image = dev.to_bytes();
+    drop(vol);
+    let dev2 = Arc::new(MemDevice::from_bytes(image));
+    let v = mount(&dev2);
+    assert!(check(&*dev2, Repair::No).unwrap().is_clean());
+    (v, dev2)
+}
+
+fn read_all(vol: &Volume, ino: u64) -> Vec<u8> {
+    let f = FileId(ino);
+    let mut b = vec![0u8; vol.size(f).unwrap() as usize];
+    vol.read(f, 0, &mut b).unwrap();
+    b
+}
+
+#[test]
+fn hard_links_share_one_inode_and_survive() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let d = vol.mkdir(ROOT_INO, b"d", Owner::default()).unwrap();
+    let f = vol.create_at(ROOT_INO, b"a", Owner::default()).unwrap();
+    vol.write(f, 0, b"shared").unwrap();
+    vol.close(f).unwrap();
+    vol.link(f.0, d, b"b").unwrap();
+    vol.link(f.0, ROOT_INO, &[b'L'; 255]).unwrap();
+    assert_eq!(vol.nlink(f.0).unwrap(), 3);
+    assert_eq!(vol.lookup(d, b"b").unwrap(), f.0);
+    assert!(matches!(vol.link(d, ROOT_INO, b"dd"), Err(VolError::IsADirectory(_))));
+    assert!(matches!(vol.link(f.0, d, b"b"), Err(VolError::Exists { .. })));
+    assert_eq!((vol.nlink(ROOT_INO).unwrap(), vol.nlink(d).unwrap()), (3, 2));
+    vol.sync().unwrap();
+    let (vol, dev) = crash(vol, &dev);
+    assert_eq!(vol.nlink(f.0).unwrap(), 3);
+    assert_eq!(read_all(&vol, vol.lookup(d, b"b").unwrap()), b"shared");
+    // Removing names one by one: the data stays until the last.
+    vol.unlink_at(ROOT_INO, b"a").unwrap();
+    vol.unlink_at(ROOT_INO, &[b'L'; 255]).unwrap();
+    assert_eq!(vol.nlink(f.0).unwrap(), 1);
+    assert_eq!(read_all(&vol, f.0), b"shared");
+    // A rename between two names of one inode changes nothing.
+    vol.link(f.0, d, b"c").unwrap();
+    vol.rename(d, b"b", d, b"c", Replace::Allowed).unwrap();
+    assert_eq!(vol.nlink(f.0).unwrap(), 2);
+    vol.unmount().unwrap();
+    let vol = mount(&dev);
+    assert_eq!(vol.nlink(f.0).unwrap(), 2);
+    vol.unlink_at(d, b"b").unwrap();
+    vol.unlink_at(d, b"c").unwrap();
+    assert!(vol.attr(f.0).is_err(), "gone with its last name");
+    vol.unmount().unwrap();
+    assert!(check(&*dev, Repair::No).unwrap().is_clean());
+}
+
+#[test]
+fn symlinks_devices_and_long_attributes_overflow_and_survive() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let short = vol.symlink(ROOT_INO, b"s", b"../target", Owner::default()).unwrap();
+    let target: Vec<u8> = (0..4095).map(|i| b'a' + (i % 26) as u8).collect();
+    let long = vol.symlink(ROOT_INO, b"long", &target, Owner::default()).unwrap();
+    assert!(vol.symlink(ROOT_INO, b"x", &[b'a'; 4096], Owner::default()).is_err());
+    assert!(matches!(vol.readlink(ROOT_INO), Err(VolError::NotASymlink(_))));
+    let null = vol.mknod(ROOT_INO, b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, uid: 0, gid: 0 }).unwrap();
+    let fifo = vol.mknod(ROOT_INO, b"fifo", S_IFIFO, 77, Owner::default()).unwrap();
+    let f = vol.create_at(ROOT_INO, b"f", Owner::default()).unwrap();
+    vol.close(f).unwrap();
+    let big = vec![9u8; 3000];
+    vol.set_xattr(f.0, b"user.big", &big, XattrSet::Any).unwrap();
+    vol.set_xattr(f.0, b"security.selinux", b"ctx", XattrSet::Create).unwrap();
+    assert!(matches!(vol.set_xattr(f.0, b"user.big", b"", XattrSet::Create), Err(VolError::Exists { .. })));
+    assert!(matches!(vol.set_xattr(f.0, b"user.none", b"", XattrSet::Replace), Err(VolError::NoAttribute { .. })));
+    assert!(matches!(
+        vol.set_xattr(f.0, b"user.huge", &vec![0; MAX_ATTR_BYTES], XattrSet::Any),
+        Err(VolError::NoRoom { .. })
+    ));
+    assert!(vol.set_xattr(f.0, b"bogus.x", b"", XattrSet::Any).is_err());
+    let check_all = |vol: &Volume| {
+        assert_eq!(vol.readlink(short).unwrap(), b"../target");
+        assert_eq!(vol.readlink(long).unwrap(), target);
+        assert_eq!(vol.attr(long).unwrap().mode & S_IFMT, S_IFLNK);
+        let n = vol.attr(null).unwrap();
+        assert_eq!((n.mode, n.rdev), (S_IFCHR | 0o666, 0x0103));
+        assert_eq!(vol.attr(fifo).unwrap().rdev, 0, "only devices keep a number");
+        assert_eq!(vol.get_xattr(f.0, b"user.big").unwrap(), big);
+        assert_eq!(vol.list_xattrs(f.0).unwrap(), vec![b"security.selinux".to_vec(), b"user.big".to_vec()]);
+    };
+    check_all(&vol);
+    vol.sync().unwrap();
+    let (vol, dev) = crash(vol, &dev);
+    check_all(&vol);
+    vol.unmount().unwrap();
+    assert!(check(&*dev, Repair::No).unwrap().is_clean());
+    let vol = mount(&dev);
+    check_all(&vol);
+    // Shrinking back into the record frees its overflow blocks.
+    vol.remove_xattr(f.0, b"user.big").unwrap();
+    assert!(matches!(vol.get_xattr(f.0, b"user.big"), Err(VolError::NoAttribute { .. })));
+    vol.unlink_at(ROOT_INO, b"long").unwrap();
+    vol.unmount().unwrap();
+    assert!(check(&*dev, Repair::No).unwrap().is_clean());
+}
+
+#[test]
+fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let before = vol.usage().free_blocks;
+    let f = vol.create_at(ROOT_INO, b"tmp", Owner::default()).unwrap();
+    vol.write(f, 0, &[5; 20_000]).unwrap();
+    vol.fsync(f).unwrap();
+    vol.unlink_at(ROOT_INO, b"tmp").unwrap();
+    assert!(vol.read_dir(ROOT_INO).unwrap().is_empty());
+    // Still readable and writable through its handle.
+    vol.write(f, 20_000, b"more").unwrap();
+    assert_eq!(read_all(&vol, f.0).len(), 20_004);
+    vol.sync().unwrap();
+    // A crash now: the next mount removes it and frees its blocks.
+    let (vol2, _) = crash(vol, &dev);
+    assert!(vol2.attr(f.0).is_err());
+    assert_eq!(vol2.usage().free_blocks, before);
+    drop(vol2);
+    // Without a crash, the last close removes it.
+    let dev = fresh();
+    let vol = mount(&dev);
+    let f = vol.create_at(ROOT_INO, b"tmp", Owner::default()).unwrap();
+    vol.write(f, 0, &[5; 20_000]).unwrap();
+    vol.open_file(f).unwrap();
+    vol.unlink_at(ROOT_INO, b"tmp").unwrap();
+    vol.close(f).unwrap();
+    assert_eq!(read_all(&vol, f.0).len(), 20_000, "one handle still open");
+    vol.close(f).unwrap();
+    assert!(vol.attr(f.0).is_err());
+    vol.unmount().unwrap();
+    assert!(check(&*dev, Repair::No).unwrap().is_clean());
+}
+
+#[test]
+fn exchange_swaps_two_names_in_one_transaction() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let d = vol.mkdir(ROOT_INO, b"d", Owner::default()).unwrap();
+    let sub = vol.mkdir(d, b"sub", Owner::default()).unwrap();
+    let f = vol.create_at(ROOT_INO, b"f", Owner::default()).unwrap();
+    vol.close(f).unwrap();
+    vol.rename(ROOT_INO, b"f", ROOT_INO, b"d", Replace::Exchange).unwrap();
+    assert_eq!((vol.lookup(ROOT_INO, b"d").unwrap(), vol.lookup(ROOT_INO, b"f").unwrap()), (f.0, d));
+    assert!(matches!(vol.rename(ROOT_INO, b"f", ROOT_INO, b"none", Replace::Exchange), Err(VolError::NoEntry { .. })));
+    // A directory cannot be swapped into its own subtree.
+    assert!(matches!(vol.rename(ROOT_INO, b"f", d, b"sub", Replace::Exchange), Err(VolError::Loop(_))));
+    let _ = sub;
+    vol.sync().unwrap();
+    let (vol, _) = crash(vol, &dev);
+    assert_eq!((vol.lookup(ROOT_INO, b"d").unwrap(), vol.lookup(ROOT_INO, b"f").unwrap()), (f.0, d));
+}
+
+#[test]
+fn flags_forbid_what_ext4_forbids() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let d = vol.mkdir(ROOT_INO, b"d", Owner::default()).unwrap();
+    let f = vol.create_at(d, b"f", Owner::default()).unwrap();
+    vol.close(f).unwrap();
+    vol.set_flags(f.0, FL_IMMUTABLE).unwrap();
+    assert!(matches!(vol.unlink_at(d, b"f"), Err(VolError::NotPermitted { .. })));
+    assert!(matches!(vol.rename(d, b"f", d, b"g", Replace::Allowed), Err(VolError::NotPermitted { .. })));
+    assert!(matches!(vol.link(f.0, d, b"h"), Err(VolError::NotPermitted { .. })));
+    assert!(vol.set_xattr(f.0, b"user.a", b"", XattrSet::Any).is_err());
+    assert!(vol.set_flags(f.0, 0x4000_0000).is_err());
+    vol.set_flags(f.0, 0).unwrap();
+    vol.set_flags(d, FL_APPEND).unwrap();
+    let g = vol.create_at(d, b"g", Owner::default()).unwrap();
+    vol.close(g).unwrap();
+    assert!(matches!(vol.unlink_at(d, b"g"), Err(VolError::NotPermitted { .. })), "append-only: no removal");
+    vol.unmount().unwrap();
+    let vol = mount(&dev);
+    assert_eq!(vol.flags(d).unwrap(), FL_APPEND);
+}
+
+#[test]
+fn set_group_id_directories_pass_their_group_down() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o2775, uid: 0, gid: 50 }).unwrap();
+    let f = vol.create_at(d, b"f", Owner { mode: 0o644, uid: 7, gid: 7 }).unwrap();
+    let sub = vol.mkdir(d, b"sub", Owner { mode: 0o755, uid: 7, gid: 7 }).unwrap();
+    assert_eq!(vol.attr(f.0).unwrap().gid, 50);
+    let s = vol.attr(sub).unwrap();
+    assert_eq!((s.gid, s.mode & 0o2000), (50, 0o2000));
+}
