@@ -125,6 +125,13 @@ enum Cmd {
         #[arg(long)]
         foreground: bool,
     },
+    /// Convert a cleanly unmounted version-2 volume to version 3 in place
+    /// (crash-safe: the names go through the journal), then mount and
+    /// unmount it once so everything is written home.
+    Upgrade {
+        /// The file or device.
+        volume: PathBuf,
+    },
     /// Unmount a volume mounted by `mballoc mount`; returns once the volume
     /// is closed and clean.
     Umount {
@@ -336,7 +343,15 @@ fn run() -> Result<()> {
     if argv.first().is_some_and(|a| mount::is_helper(a)) {
         return mount::helper(argv);
     }
-    let cli = Cli::parse();
+    // Started as `mkfs.mballoc` (what `mkfs -t mballoc` runs): `mkfs`.
+    let as_mkfs = argv.first().and_then(|a| std::path::Path::new(a).file_name()).is_some_and(|n| n == "mkfs.mballoc");
+    let cli = if as_mkfs {
+        Cli::parse_from(
+            std::iter::once("mballoc".into()).chain(std::iter::once("mkfs".into())).chain(argv.into_iter().skip(1)),
+        )
+    } else {
+        Cli::parse()
+    };
     if std::env::var_os("MBALLOC_PARSE_ONLY").is_some() {
         return parse_only(&cli.cmd);
     }
@@ -391,6 +406,22 @@ fn run() -> Result<()> {
             }
         }
         Cmd::Umount { dir } => mballoc_mount::umount(&dir),
+        Cmd::Upgrade { volume } => {
+            use mballoc_vol::{FileDevice, MountOptions, OpenMode};
+            let dev = FileDevice::open(&volume, OpenMode::ReadWrite)
+                .with_context(|| format!("opening {}", volume.display()))?;
+            let done = mballoc_vol::upgrade(&dev).with_context(|| format!("upgrading {}", volume.display()))?;
+            let vol = mballoc_vol::Volume::open(std::sync::Arc::new(dev), MountOptions::default())
+                .with_context(|| format!("mounting {} after the upgrade", volume.display()))?;
+            vol.unmount().with_context(|| format!("closing {}", volume.display()))?;
+            println!(
+                "{}: version 3, the attributes of {} inodes carried over in {} journal transaction(s)",
+                volume.display(),
+                done.inodes,
+                done.transactions
+            );
+            Ok(())
+        }
         Cmd::Check { volume, repair } => {
             use mballoc_vol::{FileDevice, OpenMode, Repair};
             let mode = if repair { OpenMode::ReadWrite } else { OpenMode::ReadOnly };
@@ -404,6 +435,10 @@ fn run() -> Result<()> {
             if r.pending_transactions > 0 {
                 let when = if r.repaired { "were replayed" } else { "await replay at the next mount" };
                 println!("{name}: {} committed journal transaction(s) {when}", r.pending_transactions);
+            }
+            if r.orphans > 0 {
+                let when = if r.repaired { "were removed" } else { "are removed at the next mount" };
+                println!("{name}: {} orphaned inode(s) (unlinked while open) {when}", r.orphans);
             }
             for why in &r.refused {
                 println!("{name}: not repaired: {why}");

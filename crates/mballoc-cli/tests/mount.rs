@@ -221,9 +221,10 @@ fn mounted(dir: &Path) -> bool {
 }
 
 /// `mballoc mount --foreground` as a child of this test, once mounted.
-fn mount_foreground(s: &Scratch, dir: &Path) -> Child {
+fn mount_foreground(s: &Scratch, dir: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(BIN)
         .args(["mount", &s.vol(), dir.to_str().unwrap(), "--foreground"])
+        .args(extra)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -236,24 +237,57 @@ fn mount_foreground(s: &Scratch, dir: &Path) -> Child {
     child
 }
 
+/// What every round of the kill loop promised to keep: its fsynced file
+/// (with a hard link, a symbolic link and an extended attribute made
+/// before the fsync), and a file written and left idle for longer than
+/// the commit interval.
+fn assert_round_kept(mnt: &Path, r: u8) {
+    let same = |path: &Path, byte: u8, len: usize, what: &str| {
+        let got = std::fs::read(path).unwrap();
+        let wrong = got.iter().filter(|&&b| b != byte).count();
+        assert!(got.len() == len && wrong == 0, "round {r}: {what}: {} bytes, {wrong} wrong", got.len());
+    };
+    let synced = mnt.join(format!("synced{r}"));
+    same(&synced, r, 300_000, "the fsynced file");
+    let link = std::fs::metadata(mnt.join(format!("synced{r}.link"))).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::nlink(&link), 2, "round {r}: the hard link");
+    assert_eq!(std::fs::read_link(mnt.join(format!("sym{r}"))).unwrap(), Path::new(&format!("synced{r}")));
+    let x = Command::new("getfattr").args(["--only-values", "-n", "user.round"]).arg(&synced).output();
+    if let Some(x) = x.ok().filter(|o| o.status.success()) {
+        assert_eq!(x.stdout, vec![b'0' + r], "round {r}: the extended attribute");
+    }
+    same(&mnt.join(format!("idle{r}")), r + 100, 50_000, "data idle past the commit interval");
+}
+
+/// The durability line, tried: every byte written before an fsync, or
+/// more than the commit interval before the kill, reads back exactly
+/// after a kill -9 of the server. Rounds: `MBALLOC_KILL_ROUNDS` (3).
 #[test]
-fn a_killed_mount_recovers_every_fsynced_byte() {
-    if !fuse_ready("a_killed_mount_recovers_every_fsynced_byte") {
+fn a_killed_mount_keeps_what_its_durability_line_promises() {
+    if !fuse_ready("a_killed_mount_keeps_what_its_durability_line_promises") {
         return;
     }
+    let rounds: u8 = std::env::var("MBALLOC_KILL_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
     let s = Scratch::new("kill", "256M");
     let mnt = std::fs::canonicalize(s.mnt()).unwrap();
-    for round in 0..3u8 {
-        let mut daemon = mount_foreground(&s, &mnt);
-        // Earlier rounds' fsynced files read back exactly.
+    let interval = Duration::from_secs(1);
+    for round in 0..rounds {
+        let mut daemon = mount_foreground(&s, &mnt, &["--commit", "1"]);
         for r in 0..round {
-            let want = vec![r; 300_000];
-            assert_eq!(std::fs::read(mnt.join(format!("synced{r}"))).unwrap(), want, "round {r} after a kill");
+            assert_round_kept(&mnt, r);
         }
-        let mut f = std::fs::File::create(mnt.join(format!("synced{round}"))).unwrap();
+        let synced = mnt.join(format!("synced{round}"));
+        let mut f = std::fs::File::create(&synced).unwrap();
+        std::fs::hard_link(&synced, mnt.join(format!("synced{round}.link"))).unwrap();
+        std::os::unix::fs::symlink(format!("synced{round}"), mnt.join(format!("sym{round}"))).unwrap();
+        let _ = Command::new("setfattr").args(["-n", "user.round", "-v", &round.to_string()]).arg(&synced).status();
         f.write_all(&vec![round; 300_000]).unwrap();
         f.sync_all().unwrap();
-        // Writes in flight when the mount dies.
+        drop(f);
+        // Written, closed, never fsynced; older than the interval at the kill.
+        std::fs::write(mnt.join(format!("idle{round}")), vec![round + 100; 50_000]).unwrap();
+        std::thread::sleep(interval * 2 + Duration::from_millis(300));
+        // Writes in flight when the server dies: no promise either way.
         let writer = {
             let dir = mnt.clone();
             std::thread::spawn(move || {
@@ -275,10 +309,40 @@ fn a_killed_mount_recovers_every_fsynced_byte() {
         assert!(out.status.success(), "check after a kill: {}", String::from_utf8_lossy(&out.stdout));
     }
     run(&["mount", &s.vol(), mnt.to_str().unwrap()]);
-    for r in 0..3u8 {
-        assert_eq!(std::fs::read(mnt.join(format!("synced{r}"))).unwrap(), vec![r; 300_000]);
+    for r in 0..rounds {
+        assert_round_kept(&mnt, r);
     }
     run(&["umount", mnt.to_str().unwrap()]);
+    check_clean(&s);
+}
+
+/// Debian's stress-ng file-system stressors with `--verify`, a bounded
+/// time each, on the mount: no error, and a clean volume afterwards.
+#[test]
+fn stress_ng_file_system_stressors_verify_on_the_mount() {
+    if !fuse_ready("stress_ng_file_system_stressors_verify_on_the_mount") {
+        return;
+    }
+    if !have("stress-ng") {
+        eprintln!("stress_ng_file_system_stressors_verify_on_the_mount: skipped: no stress-ng");
+        return;
+    }
+    let s = Scratch::new("stress", "1G");
+    let mnt = std::fs::canonicalize(s.mnt()).unwrap();
+    run(&["mount", &s.vol(), mnt.to_str().unwrap()]);
+    let secs = std::env::var("MBALLOC_STRESS_SECS").unwrap_or_else(|_| "3".into());
+    let stressors = ["dir", "dentry", "link", "symlink", "rename", "fallocate", "hdd", "xattr", "getdent", "filename"];
+    let mut args: Vec<String> = Vec::new();
+    for st in stressors {
+        args.extend([format!("--{st}"), "1".into()]);
+    }
+    args.extend(["--verify".into(), "-t".into(), format!("{secs}s"), "--temp-path".into(), mnt.display().to_string()]);
+    let out = Command::new("stress-ng").args(&args).current_dir(&mnt).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    run(&["umount", mnt.to_str().unwrap()]);
+    assert!(out.status.success(), "stress-ng failed:\n{text}");
+    assert!(text.contains("successful run completed"), "{text}");
+    assert!(!text.contains("fail"), "{text}");
     check_clean(&s);
 }
 
@@ -289,7 +353,7 @@ fn sigterm_unmounts_and_closes_the_volume() {
     }
     let s = Scratch::new("sigterm", "128M");
     let mnt = std::fs::canonicalize(s.mnt()).unwrap();
-    let mut daemon = mount_foreground(&s, &mnt);
+    let mut daemon = mount_foreground(&s, &mnt, &[]);
     std::fs::write(mnt.join("kept"), vec![5u8; 70_000]).unwrap(); // no fsync
     let sent = Command::new("kill").args(["-TERM", &daemon.id().to_string()]).status().unwrap();
     assert!(sent.success());

@@ -68,3 +68,25 @@ pub(crate) fn file_attr(vol: &Volume, ino: u64) -> Result<(FileAttr, Attr), VolE
     };
     Ok((fa, a))
 }
+
+/// The attributes of a negative entry: inode 0, which FUSE reads as "no
+/// such name".
+pub(crate) fn negative() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}

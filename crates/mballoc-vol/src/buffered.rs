@@ -26,10 +26,10 @@ impl Volume {
             }
             let (a, b) = (e.logical.max(first), e.logical_end().min(first + fb));
             let p = e.physical_of(a);
-            let dst = &mut folio.data[((a - first) * bs) as usize..((b - first) * bs) as usize];
+            let dst = folio.slice_mut(((a - first) * bs) as usize..((b - first) * bs) as usize);
             self.dev.read_at(p * bs, dst).map_err(|e| VolError::io(format!("reading block {p}"), e))?;
         }
-        self.cached.fetch_add(u64::from(self.opts.folio_size), Ordering::AcqRel);
+        self.cached.fetch_add(folio.kept(), Ordering::AcqRel);
         Ok(folio)
     }
 
@@ -70,13 +70,14 @@ impl Volume {
         self.fs.write(f, offset, data.len() as u64)?;
         let mut at = 0usize;
         let mut newly_dirty = 0;
+        let kept_before = fc.kept();
         while at < data.len() {
             let pos = offset + at as u64;
             let idx = pos / fsz;
             let in_folio = (pos % fsz) as usize;
             let n = (fsz as usize - in_folio).min(data.len() - at);
             let folio = fc.folios.get_mut(&idx).expect("loaded above");
-            folio.data[in_folio..in_folio + n].copy_from_slice(&data[at..at + n]);
+            folio.slice_mut(in_folio..in_folio + n).copy_from_slice(&data[at..at + n]);
             let (b0, b1) = (in_folio as u64 / bs, ((in_folio + n) as u64).div_ceil(bs));
             for b in b0..b1 {
                 if folio.set_dirty(b as usize) {
@@ -86,6 +87,7 @@ impl Volume {
             at += n;
         }
         fc.dirty_blocks += newly_dirty;
+        self.cached.fetch_add(fc.kept() - kept_before, Ordering::AcqRel);
         let dirty = self.dirty.fetch_add(newly_dirty * bs, Ordering::AcqRel) + newly_dirty * bs;
         // The write is done; what follows only keeps the cache in its
         // limits, and a failure of it is met again by the next call.
@@ -198,7 +200,7 @@ impl Volume {
             let in_folio = (pos % fsz) as usize;
             let n = (fsz as usize - in_folio).min(len - at);
             self.folio_mut(f, &mut fc, idx)?;
-            buf[at..at + n].copy_from_slice(&fc.folios[&idx].data[in_folio..in_folio + n]);
+            fc.folios[&idx].read(in_folio..in_folio + n, &mut buf[at..at + n]);
             at += n;
         }
         if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes {
@@ -219,7 +221,7 @@ impl Volume {
         let cached_dirty = fc.folios.get(&idx).is_some_and(|x| x.is_dirty((l % fb) as usize));
         if !mapped && !cached_dirty {
             if let Some(folio) = fc.folios.get_mut(&idx) {
-                folio.data[(from % fsz) as usize..((to - 1) % fsz + 1) as usize].fill(0);
+                folio.zero((from % fsz) as usize..((to - 1) % fsz + 1) as usize);
             }
             return Ok(());
         }
@@ -227,7 +229,10 @@ impl Volume {
         // A mapped block needs nothing from the engine: writeback writes
         // every dirty cached block, and `mark_written` converts it.
         let folio = fc.folios.get_mut(&idx).expect("inserted above");
-        folio.data[(from % fsz) as usize..((to - 1) % fsz + 1) as usize].fill(0);
+        // Kept whole: the block becomes dirty and goes to the device.
+        let before = folio.kept();
+        folio.slice_mut((from % fsz) as usize..((to - 1) % fsz + 1) as usize).fill(0);
+        self.cached.fetch_add(folio.kept() - before, Ordering::AcqRel);
         if folio.set_dirty((l % fb) as usize) {
             fc.dirty_blocks += 1;
             self.dirty.fetch_add(bs, Ordering::AcqRel);
@@ -249,10 +254,10 @@ impl Volume {
                     cleaned += 1;
                 }
             }
-            folio.data[((a - idx * fb) * bs) as usize..((b - idx * fb) * bs) as usize].fill(0);
+            folio.zero(((a - idx * fb) * bs) as usize..((b - idx * fb) * bs) as usize);
             if a == idx * fb && b == (idx + 1) * fb {
-                fc.folios.remove(&idx);
-                self.cached.fetch_sub(u64::from(self.opts.folio_size), Ordering::AcqRel);
+                let gone = fc.folios.remove(&idx).expect("key listed");
+                self.cached.fetch_sub(gone.kept(), Ordering::AcqRel);
             }
         }
         fc.dirty_blocks -= cleaned;
@@ -278,12 +283,15 @@ impl Volume {
         let idx = size / fsz;
         let folio = self.folio_mut(f, fc, idx)?;
         let block_end = (l + 1) * bs;
-        folio.data[(size % fsz) as usize..((block_end - 1) % fsz + 1) as usize].fill(0);
+        folio.zero((size % fsz) as usize..((block_end - 1) % fsz + 1) as usize);
         if let Some(e) = written {
             let p = e.physical_of(l);
             let at = ((l % fb) * bs) as usize;
+            let before = folio.kept();
+            folio.slice_mut(at..at + bs as usize);
+            self.cached.fetch_add(folio.kept() - before, Ordering::AcqRel);
             self.dev
-                .write_at(p * bs, &folio.data[at..at + bs as usize])
+                .write_at(p * bs, folio.slice(at..at + bs as usize))
                 .map_err(|e| VolError::io(format!("writing block {p}"), e))?;
             self.data_bytes.fetch_add(bs, Ordering::Relaxed);
             self.data_writes.fetch_add(1, Ordering::Relaxed);

@@ -7,10 +7,15 @@
 
 use std::collections::BTreeMap;
 
-/// One folio.
+/// One folio. Its bytes are kept only up to the last block ever touched
+/// (the rest reads as zeroes), so a small file costs a block of memory,
+/// not a whole 2 MiB folio to allocate and zero.
 #[derive(Debug)]
 pub struct Folio {
-    pub data: Box<[u8]>,
+    data: Vec<u8>,
+    /// The folio's size in bytes, and its block size.
+    size: usize,
+    block: usize,
     /// Bit per block: written into since the last writeback.
     pub dirty: Vec<u64>,
 }
@@ -18,7 +23,45 @@ pub struct Folio {
 impl Folio {
     /// A folio of `bytes` zeroes with `blocks` clean blocks.
     pub fn zeroed(bytes: usize, blocks: usize) -> Folio {
-        Folio { data: vec![0u8; bytes].into_boxed_slice(), dirty: vec![0; blocks.div_ceil(64)] }
+        Folio { data: Vec::new(), size: bytes, block: bytes / blocks, dirty: vec![0; blocks.div_ceil(64)] }
+    }
+
+    /// Bytes the folio keeps in memory.
+    pub fn kept(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Bytes `r` of the folio to write into, kept from now on.
+    pub fn slice_mut(&mut self, r: std::ops::Range<usize>) -> &mut [u8] {
+        assert!(r.end <= self.size, "{r:?} inside a folio of {} bytes", self.size);
+        let want = r.end.div_ceil(self.block) * self.block;
+        if self.data.len() < want {
+            self.data.resize(want, 0);
+        }
+        &mut self.data[r]
+    }
+
+    /// Bytes `r`, which must have been written through
+    /// [`Folio::slice_mut`] (every dirty block has).
+    pub fn slice(&self, r: std::ops::Range<usize>) -> &[u8] {
+        assert!(r.end <= self.data.len(), "{r:?} of a folio holding {} bytes", self.data.len());
+        &self.data[r]
+    }
+
+    /// Copy bytes `r` into `dst` (zeroes where nothing was kept).
+    pub fn read(&self, r: std::ops::Range<usize>, dst: &mut [u8]) {
+        let kept = r.end.min(self.data.len()).max(r.start);
+        let n = kept - r.start;
+        dst[..n].copy_from_slice(&self.data[r.start..kept]);
+        dst[n..].fill(0);
+    }
+
+    /// Zero bytes `r` (nothing to do past what is kept).
+    pub fn zero(&mut self, r: std::ops::Range<usize>) {
+        let end = r.end.min(self.data.len());
+        if r.start < end {
+            self.data[r.start..end].fill(0);
+        }
     }
 
     pub fn is_dirty(&self, b: usize) -> bool {
@@ -90,17 +133,22 @@ impl FileCache {
         let idx = first / blocks_per_folio;
         assert!(first < end && (end - 1) / blocks_per_folio == idx, "blocks [{first}, {end}) span folios");
         let base = idx * blocks_per_folio;
-        &self.folios[&idx].data[((first - base) * block_size) as usize..((end - base) * block_size) as usize]
+        self.folios[&idx].slice(((first - base) * block_size) as usize..((end - base) * block_size) as usize)
     }
 
-    /// Drop every clean folio; returns the bytes dropped.
+    /// Bytes every folio keeps.
+    pub fn kept(&self) -> u64 {
+        self.folios.values().map(Folio::kept).sum()
+    }
+
+    /// Drop every clean folio; returns the bytes they kept.
     pub fn drop_clean(&mut self) -> u64 {
         let before = self.folios.len();
         let mut bytes = 0;
         self.folios.retain(|_, f| {
             let keep = f.dirty_count() > 0;
             if !keep {
-                bytes += f.data.len() as u64;
+                bytes += f.kept();
             }
             keep
         });

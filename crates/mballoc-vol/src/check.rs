@@ -26,6 +26,10 @@ pub struct CheckReport {
     /// Committed journal transactions not yet written home: the next
     /// mount replays them. Not a problem.
     pub pending_transactions: usize,
+    /// Inodes unlinked while open, or made by a create a crash cut short
+    /// before their name: the next read-write mount (or a repair) removes
+    /// them, as ext4 does with its orphan list. Not a problem.
+    pub orphans: u64,
     /// Files after replay (damaged ones left out).
     pub files: u64,
     /// Free data blocks after replay.
@@ -68,20 +72,36 @@ pub fn check(dev: &dyn Device, repair: Repair) -> Result<CheckReport> {
         }
     }
     let mut home = scan.home;
+    let mut orphans: Vec<u64> = scan.tree.orphans();
+    if !scan.tree.attrs.is_empty() {
+        orphans.extend(home.state.files.keys().filter(|i| !scan.tree.attrs.contains_key(i)));
+    }
+    orphans.sort_unstable();
+    orphans.dedup();
     let mut report = CheckReport {
         problems,
+        orphans: orphans.len() as u64,
         pending_transactions: scan.replayed,
         files: home.state.files.len() as u64,
         free_blocks: home.state.free,
         repaired: false,
         refused: Vec::new(),
     };
-    if repair == Repair::Yes && (!report.is_clean() || report.pending_transactions > 0) {
+    let work = !report.is_clean() || report.pending_transactions > 0 || report.orphans > 0;
+    if repair == Repair::Yes && work {
         if !report.is_clean() && !scan.unrepairable.is_empty() {
             report.refused = scan.unrepairable;
             return Ok(report);
         }
+        for &ino in &orphans {
+            home.state
+                .apply(&mballoc_fs::Change::Unlink { ino })
+                .unwrap_or_else(|e| panic!("an orphan of the state unlinks from it: {e}"));
+        }
         home.checkpoint_scope(dev, VolumeState::Clean, Scope::Everything)?;
+        report.files = home.state.files.len() as u64;
+        report.free_blocks = home.state.free;
+        report.orphans = 0;
         report.repaired = true;
     }
     Ok(report)

@@ -305,6 +305,12 @@ impl Superblock {
 
     /// Parse and validate block 0 against a device of `device_len` bytes.
     pub fn decode(b: &[u8], device_len: u64) -> Result<Superblock> {
+        Superblock::decode_version(b, device_len, VERSION)
+    }
+
+    /// [`Superblock::decode`] for a volume of format `version` (the
+    /// upgrade reads version 2; its superblock has the same fields).
+    pub(crate) fn decode_version(b: &[u8], device_len: u64, version: u32) -> Result<Superblock> {
         if b.len() < SUPERBLOCK_BYTES {
             return Err(VolError::corrupt("superblock", 0, "truncated"));
         }
@@ -314,7 +320,7 @@ impl Superblock {
         if get32(b, SUPERBLOCK_BYTES - 4) != crc32c::crc32c(&b[..SUPERBLOCK_BYTES - 4]) {
             return Err(VolError::Checksum { structure: "superblock", block: 0 });
         }
-        if get32(b, 4) != VERSION {
+        if get32(b, 4) != version {
             return Err(VolError::Version { found: get32(b, 4), supported: VERSION });
         }
         let mut uuid = [0u8; 16];

@@ -98,6 +98,7 @@ mod probe;
 mod records;
 mod special;
 mod state;
+mod upgrade;
 mod volume;
 mod wal;
 
@@ -118,4 +119,5 @@ pub use mkfs::{mkfs, Overwrite};
 pub use namespace::{DirEntry, Owner, Replace, SetAttr, Usage};
 pub use probe::probe;
 pub use special::XattrSet;
+pub use upgrade::{upgrade, Upgraded};
 pub use volume::{Access, MountOptions, Volume, VolumeStats};

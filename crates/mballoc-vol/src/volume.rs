@@ -437,7 +437,7 @@ impl Volume {
         self.live_files.fetch_sub(1, Ordering::AcqRel);
         let bs = self.block_size();
         self.dirty.fetch_sub(fc.dirty_blocks * bs, Ordering::AcqRel);
-        self.cached.fetch_sub(fc.folios.len() as u64 * u64::from(self.opts.folio_size), Ordering::AcqRel);
+        self.cached.fetch_sub(fc.kept(), Ordering::AcqRel);
         *fc = FileCache::default();
         self.files.lock().remove(&f.0);
         Ok(())

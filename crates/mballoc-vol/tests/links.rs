@@ -146,7 +146,16 @@ fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
     vol.write(f, 20_000, b"more").unwrap();
     assert_eq!(read_all(&vol, f.0).len(), 20_004);
     vol.sync().unwrap();
-    // A crash now: the next mount removes it and frees its blocks.
+    // A crash now: check counts the orphan (no problem), repair removes it.
+    let image = Arc::new(MemDevice::from_bytes(dev.to_bytes()));
+    let r = check(&*image, Repair::No).unwrap();
+    assert!(r.is_clean() && r.orphans == 1, "{r:?}");
+    let r = check(&*image, Repair::Yes).unwrap();
+    assert!(r.repaired && r.orphans == 0, "{r:?}");
+    let r = check(&*image, Repair::No).unwrap();
+    assert!(r.is_clean() && r.orphans == 0 && r.pending_transactions == 0, "{r:?}");
+    assert_eq!(mount(&image).usage().free_blocks, before);
+    // The next mount removes it and frees its blocks.
     let (vol2, _) = crash(vol, &dev);
     assert!(vol2.attr(f.0).is_err());
     assert_eq!(vol2.usage().free_blocks, before);
