@@ -62,8 +62,11 @@ impl VolumeFs {
         }
     }
 
+    /// The creator of a new inode. The kernel leaves the umask to this
+    /// server (FUSE_DONT_MASK), which applies it unless the directory's
+    /// default ACL decides.
     fn owner(req: &Request, mode: u32, umask: u32) -> Owner {
-        Owner { mode: mode & !umask & 0o7777, uid: req.uid(), gid: req.gid() }
+        Owner { mode: mode & 0o7777, umask, uid: req.uid(), gid: req.gid() }
     }
 
     /// A name from the kernel: longer than a directory holds is
@@ -91,12 +94,21 @@ impl Filesystem for VolumeFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large writes reach the volume whole: fewer, larger folio writes.
         let _ = config.set_max_write(1 << 20);
+        // Sequential reads in requests as large as the writes.
+        let _ = config.set_max_readahead(1 << 20);
         // File handles for NFS export (lookup of "." and ".." below), mmap
-        // of files opened O_DIRECT, lookups in one directory in parallel.
-        // A kernel without one of these just goes without it.
-        for cap in
-            [InitFlags::FUSE_EXPORT_SUPPORT, InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP, InitFlags::FUSE_PARALLEL_DIROPS]
-        {
+        // of files opened O_DIRECT, lookups in one directory in parallel,
+        // and POSIX ACLs enforced by the kernel from the system.posix_acl_*
+        // attributes, with the umask left to this server, which knows
+        // whether a default ACL replaces it. A kernel without one of these
+        // just goes without it.
+        for cap in [
+            InitFlags::FUSE_EXPORT_SUPPORT,
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
+        ] {
             let _ = config.add_capabilities(cap);
         }
         Ok(())
@@ -214,7 +226,7 @@ impl Filesystem for VolumeFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let owner = Owner { mode: 0o777, uid: req.uid(), gid: req.gid() };
+        let owner = Owner { mode: 0o777, umask: 0, uid: req.uid(), gid: req.gid() };
         match self.vol.symlink(parent.0, n, target.as_os_str().as_bytes(), owner) {
             Ok(ino) => self.entry(ino, reply),
             Err(VolError::InvalidName { .. }) => reply.error(Errno::from_i32(libc::ENAMETOOLONG)),

@@ -359,6 +359,44 @@ def c_create_while_listing(d):
     return [f"listing ended; old entries seen {old} of 2000"]
 
 
+def acl_cmd(*args):
+    """setfacl/getfacl: their output, or the first line of their error."""
+    import subprocess
+
+    r = subprocess.run(list(args), capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"rc {r.returncode}"
+    return " ".join(r.stdout.split())
+
+
+def c_posix_acls(d):
+    p = f"{d}/f"
+    write(p, b"secret")
+    os.chmod(p, 0o600)
+    out = [f"before: other user reads {as_nobody(lambda: open(p).read())}"]
+    out.append(f"setfacl {acl_cmd('setfacl', '-m', f'u:{NOBODY}:r', p)} mode {oct(os.stat(p).st_mode & 0o777)}")
+    out.append(f"getfacl {acl_cmd('getfacl', '--omit-header', '--numeric', p)}")
+    out.append(f"after: other user reads {as_nobody(lambda: open(p).read())}")
+    os.chmod(p, 0o600)
+    out.append(f"chmod 600: {acl_cmd('getfacl', '--omit-header', '--numeric', p)}")
+    out.append(f"after chmod: other user reads {as_nobody(lambda: open(p).read())}")
+    out.append(f"setfacl -b {acl_cmd('setfacl', '-b', p)} xattr {err(os.getxattr, p, 'system.posix_acl_access')}")
+    dd = f"{d}/dd"
+    os.mkdir(dd)
+    out.append(f"default {acl_cmd('setfacl', '-d', '-m', f'u:{NOBODY}:rwx,m::rwx', dd)}")
+    old = os.umask(0o077)
+    try:
+        write(f"{dd}/x", b"x")
+        os.mkdir(f"{dd}/sub")
+    finally:
+        os.umask(old)
+    out.append(f"inherited file mode {oct(os.stat(dd + '/x').st_mode & 0o777)}")
+    out.append(f"inherited file {acl_cmd('getfacl', '--omit-header', '--numeric', dd + '/x')}")
+    out.append(f"inherited dir {acl_cmd('getfacl', '--omit-header', '--numeric', dd + '/sub')}")
+    out.append(f"default on a file {acl_cmd('setfacl', '-d', '-m', 'u::rw', p)}")
+    return out
+
+
 def c_timestamps(d):
     p = f"{d}/f"
     write(p, b"x")

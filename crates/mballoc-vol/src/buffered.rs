@@ -77,7 +77,7 @@ impl Volume {
             let in_folio = (pos % fsz) as usize;
             let n = (fsz as usize - in_folio).min(data.len() - at);
             let folio = fc.folios.get_mut(&idx).expect("loaded above");
-            folio.slice_mut(in_folio..in_folio + n).copy_from_slice(&data[at..at + n]);
+            folio.write(in_folio, &data[at..at + n]);
             let (b0, b1) = (in_folio as u64 / bs, ((in_folio + n) as u64).div_ceil(bs));
             for b in b0..b1 {
                 if folio.set_dirty(b as usize) {
@@ -199,8 +199,13 @@ impl Volume {
             let idx = pos / fsz;
             let in_folio = (pos % fsz) as usize;
             let n = (fsz as usize - in_folio).min(len - at);
-            self.folio_mut(f, &mut fc, idx)?;
-            fc.folios[&idx].read(in_folio..in_folio + n, &mut buf[at..at + n]);
+            match fc.folios.get(&idx) {
+                Some(folio) => folio.read(in_folio..in_folio + n, &mut buf[at..at + n]),
+                // Nothing cached means nothing dirty: read the device
+                // straight into the caller's buffer, without a folio to
+                // fill and copy (a kernel above keeps its own page cache).
+                None => self.read_uncached(f, pos, &mut buf[at..at + n])?,
+            }
             at += n;
         }
         if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes {
@@ -208,6 +213,28 @@ impl Volume {
             self.cached.fetch_sub(dropped, Ordering::AcqRel);
         }
         Ok(len)
+    }
+
+    /// Bytes at `pos` as the device holds them: written extents read,
+    /// everything else (holes, unwritten extents) zero.
+    fn read_uncached(&self, f: FileId, pos: u64, buf: &mut [u8]) -> Result<()> {
+        let bs = self.block_size();
+        let end = pos + buf.len() as u64;
+        buf.fill(0);
+        for e in self.fs.lookup(f, pos / bs, end.div_ceil(bs))? {
+            if e.state != ExtentState::Written {
+                continue;
+            }
+            let a = (e.logical * bs).max(pos);
+            let b = (e.logical_end() * bs).min(end);
+            if a >= b {
+                continue;
+            }
+            let dev_at = e.physical_of(a / bs) * bs + a % bs;
+            let dst = &mut buf[(a - pos) as usize..(b - pos) as usize];
+            self.dev.read_at(dev_at, dst).map_err(|e| VolError::io(format!("reading block {}", dev_at / bs), e))?;
+        }
+        Ok(())
     }
 
     /// Zero `[from, to)` inside one block of the cache; if the block holds

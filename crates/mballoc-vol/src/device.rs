@@ -103,16 +103,26 @@ fn device_len(file: &File) -> io::Result<u64> {
 
 /// Take the open's lock: exclusive for read-write, shared for read-only.
 fn lock(file: &File, path: &Path, mode: OpenMode) -> Result<()> {
-    let got = match mode {
-        OpenMode::ReadWrite => file.try_lock(),
-        OpenMode::ReadOnly => file.try_lock_shared(),
-    };
-    match got {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            Err(VolError::Busy { path: path.to_path_buf(), holder: lock_holder(file) })
+    // A lock released a moment ago can still be held by a child another
+    // thread of this process is forking: the child shares the open file
+    // until its exec closes it. So a busy lock is tried again for a short
+    // while before it counts as another open's.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    loop {
+        let got = match mode {
+            OpenMode::ReadWrite => file.try_lock(),
+            OpenMode::ReadOnly => file.try_lock_shared(),
+        };
+        match got {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(VolError::Busy { path: path.to_path_buf(), holder: lock_holder(file) })
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(VolError::io(format!("locking {}", path.display()), e)),
         }
-        Err(std::fs::TryLockError::Error(e)) => Err(VolError::io(format!("locking {}", path.display()), e)),
     }
 }
 

@@ -78,6 +78,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod acl;
 mod attr;
 mod buffered;
 mod cache;
@@ -102,6 +103,7 @@ mod upgrade;
 mod volume;
 mod wal;
 
+pub use acl::{ACL_ACCESS, ACL_DEFAULT};
 pub use attr::{
     Attr, Link, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
     S_IFREG, S_IFSOCK,

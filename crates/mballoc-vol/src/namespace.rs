@@ -68,8 +68,11 @@ pub struct Usage {
 /// Who makes a new inode, and with what permission bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Owner {
-    /// Permission bits (`0o644`); the type is the call's.
+    /// Permission bits asked for (`0o644`); the type is the call's.
     pub mode: u32,
+    /// Bits the creating process's umask takes away, unless the directory
+    /// has a default ACL, which decides instead.
+    pub umask: u32,
     /// Owner.
     pub uid: u32,
     /// Group (a set-group-ID directory gives its own instead).
@@ -78,7 +81,7 @@ pub struct Owner {
 
 impl Default for Owner {
     fn default() -> Self {
-        Owner { mode: 0o644, uid: 0, gid: 0 }
+        Owner { mode: 0o644, umask: 0, uid: 0, gid: 0 }
     }
 }
 
@@ -184,7 +187,7 @@ impl Volume {
                 mode |= 0o2000;
             }
         }
-        let attr = Attr {
+        let mut attr = Attr {
             mode,
             uid: owner.uid,
             gid,
@@ -197,6 +200,12 @@ impl Volume {
             target: spec.target,
             ..Attr::default()
         };
+        crate::acl::inherit(&parent, &mut attr, owner.umask);
+        if let Err(e) = attr.check_room() {
+            // Inherited ACLs too large to keep: the inode goes again.
+            self.drop_inode(f)?;
+            return Err(e);
+        }
         // Right after the engine's create: nothing written to the file can
         // reach the journal before its name.
         self.log.record_attr(f.0, &attr);
@@ -391,6 +400,11 @@ impl Volume {
         }
         if let Some(mode) = set.mode {
             a.mode = (a.mode & S_IFMT) | (mode & !S_IFMT);
+            // The access ACL follows a chmod, as ext4 keeps it.
+            if let Some(mut acl) = a.xattrs.get(crate::acl::ACL_ACCESS).and_then(|b| crate::acl::Acl::parse(b).ok()) {
+                acl.apply_mode(mode);
+                a.xattrs.insert(crate::acl::ACL_ACCESS.to_vec(), acl.encode());
+            }
         }
         a.uid = set.uid.unwrap_or(a.uid);
         a.gid = set.gid.unwrap_or(a.gid);

@@ -8,6 +8,7 @@
 //! `system.posix_acl_default`, kept as the kernel hands them over; the
 //! kernel enforces them.
 
+use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{check_xattr_name, Link, FL_APPEND, FL_IMMUTABLE, FL_KNOWN, S_IFLNK};
 use crate::error::{Result, VolError};
 use crate::format::SYMLINK_MAX;
@@ -135,7 +136,29 @@ impl Volume {
             _ => {}
         }
         let mut next = a.clone();
-        next.xattrs.insert(name.to_vec(), value.to_vec());
+        match name {
+            ACL_ACCESS => {
+                let acl = Acl::parse(value).map_err(VolError::InvalidArgument)?;
+                // The mode says what the ACL's base entries say; an ACL
+                // with nothing more is kept as the mode alone.
+                next.mode = (next.mode & !0o777) | acl.mode_bits();
+                if acl.is_minimal() {
+                    next.xattrs.remove(name);
+                } else {
+                    next.xattrs.insert(name.to_vec(), acl.encode());
+                }
+            }
+            ACL_DEFAULT => {
+                if !next.is_dir() {
+                    return Err(VolError::NotPermitted { ino, why: "a default ACL on anything but a directory" });
+                }
+                let acl = Acl::parse(value).map_err(VolError::InvalidArgument)?;
+                next.xattrs.insert(name.to_vec(), acl.encode());
+            }
+            _ => {
+                next.xattrs.insert(name.to_vec(), value.to_vec());
+            }
+        }
         next.check_room()?;
         next.ctime = now();
         *a = next;

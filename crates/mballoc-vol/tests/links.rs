@@ -92,7 +92,7 @@ fn symlinks_devices_and_long_attributes_overflow_and_survive() {
     let long = vol.symlink(ROOT_INO, b"long", &target, Owner::default()).unwrap();
     assert!(vol.symlink(ROOT_INO, b"x", &[b'a'; 4096], Owner::default()).is_err());
     assert!(matches!(vol.readlink(ROOT_INO), Err(VolError::NotASymlink(_))));
-    let null = vol.mknod(ROOT_INO, b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, uid: 0, gid: 0 }).unwrap();
+    let null = vol.mknod(ROOT_INO, b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, umask: 0, uid: 0, gid: 0 }).unwrap();
     let fifo = vol.mknod(ROOT_INO, b"fifo", S_IFIFO, 77, Owner::default()).unwrap();
     let f = vol.create_at(ROOT_INO, b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
@@ -221,9 +221,9 @@ fn flags_forbid_what_ext4_forbids() {
 fn set_group_id_directories_pass_their_group_down() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o2775, uid: 0, gid: 50 }).unwrap();
-    let f = vol.create_at(d, b"f", Owner { mode: 0o644, uid: 7, gid: 7 }).unwrap();
-    let sub = vol.mkdir(d, b"sub", Owner { mode: 0o755, uid: 7, gid: 7 }).unwrap();
+    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o2775, umask: 0, uid: 0, gid: 50 }).unwrap();
+    let f = vol.create_at(d, b"f", Owner { mode: 0o644, umask: 0, uid: 7, gid: 7 }).unwrap();
+    let sub = vol.mkdir(d, b"sub", Owner { mode: 0o755, umask: 0, uid: 7, gid: 7 }).unwrap();
     assert_eq!(vol.attr(f.0).unwrap().gid, 50);
     let s = vol.attr(sub).unwrap();
     assert_eq!((s.gid, s.mode & 0o2000), (50, 0o2000));

@@ -70,7 +70,7 @@ fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
 fn operations_and_their_errors() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
-    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o750, uid: 5, gid: 6 }).unwrap();
+    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o750, umask: 0, uid: 5, gid: 6 }).unwrap();
     let f = vol.create_at(d, b"f", Owner::default()).unwrap();
     vol.write(f, 0, b"hello").unwrap();
     assert_eq!(vol.lookup(ROOT_INO, b"d").unwrap(), d);
@@ -124,7 +124,7 @@ fn the_tree_survives_unmount_and_crash() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
     let d = vol.mkdir(ROOT_INO, b"logs", Owner::default()).unwrap();
-    let f = vol.create_at(d, b"a.log", Owner { mode: 0o600, uid: 1000, gid: 100 }).unwrap();
+    let f = vol.create_at(d, b"a.log", Owner { mode: 0o600, umask: 0, uid: 1000, gid: 100 }).unwrap();
     vol.write(f, 0, &[1; 3000]).unwrap();
     vol.fsync(f).unwrap();
     let want = paths(&vol);
