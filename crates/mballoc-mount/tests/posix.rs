@@ -22,7 +22,7 @@ fn ready() -> Result<(), String> {
     if !Path::new("/dev/fuse").exists() {
         return Err("no /dev/fuse".into());
     }
-    for tool in [["fusermount3", "-V"], ["mkfs.ext4", "-V"], ["python3", "--version"]] {
+    for tool in [["fusermount3", "-V"], ["mkfs.ext4", "-V"], ["python3", "--version"], ["getfacl", "--version"]] {
         if Command::new(tool[0]).arg(tool[1]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
             return Err(format!("no {}", tool[0]));
         }

@@ -416,6 +416,28 @@ def c_timestamps(d):
     return out
 
 
+def c_mmap_of_o_direct(d):
+    import mmap
+
+    p = f"{d}/f"
+    write(p, b"m" * 8192)
+    fd = os.open(p, os.O_RDWR | os.O_DIRECT)
+    try:
+        m = mmap.mmap(fd, 8192)
+        first = m[:4]
+        m[0:4] = b"MMAP"
+        m.flush()
+        m.close()
+        out = [f"mmap of an O_DIRECT file: read {first!r}"]
+    except OSError as e:
+        out = [f"mmap of an O_DIRECT file: {errno.errorcode.get(e.errno, e.errno)}"]
+    finally:
+        os.close(fd)
+    with open(p, "rb") as f:
+        out.append(f"after msync {f.read(4)!r}")
+    return out
+
+
 def c_file_handles(d):
     write(f"{d}/f", b"handle")
 

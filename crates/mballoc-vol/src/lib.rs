@@ -45,6 +45,17 @@
 //! the same state. Buddies and order indexes are never stored; the
 //! allocator builds them from the bitmaps.
 //!
+//! ## Names and attributes
+//!
+//! Each inode keeps one attribute string ([`Attr`]): type and
+//! permissions, owner, times, chattr flags, generation, device number,
+//! every name it has (hard links), a symbolic link's target and its
+//! extended attributes (POSIX ACLs among them, kept in step with the
+//! mode). Any change journals the whole string, so names replay as
+//! idempotently as extents; the tree of directories is rebuilt from the
+//! names at mount and checked. An inode unlinked while open is an orphan
+//! until its last close, or the next mount (ext4's orphan list).
+//!
 //! ## Reading damage
 //!
 //! Every structure carries a crc32c seeded from the volume's UUID and bound
