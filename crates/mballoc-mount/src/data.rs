@@ -12,7 +12,7 @@ use crate::options::Atime;
 use crate::server::VolumeFs;
 use fuser::Request;
 use mballoc_fs::{FallocateMode, FileId};
-use mballoc_vol::{VolError, FL_APPEND, FL_IMMUTABLE, S_IFDIR, S_IFMT, S_IFREG};
+use mballoc_vol::{SetId, VolError, FL_APPEND, FL_IMMUTABLE, S_IFDIR, S_IFMT, S_IFREG};
 
 /// File handles of `O_DIRECT` opens carry this bit.
 pub(crate) const DIRECT: u64 = 1;
@@ -60,9 +60,7 @@ impl VolumeFs {
                 let _ = self.vol.close(f);
                 return Err(e);
             }
-            if req.uid() != 0 {
-                self.vol.drop_privileges(ino)?;
-            }
+            self.vol.drop_privileges(ino, Self::set_id(req, false))?;
         }
         Ok(if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 })
     }
@@ -80,6 +78,8 @@ impl VolumeFs {
         Ok(buf)
     }
 
+    /// A write; `kill` when the kernel says the writer may not keep the
+    /// set-ID bits (FUSE_WRITE_KILL_SUIDGID).
     pub(crate) fn write_file(
         &self,
         req: &Request,
@@ -87,12 +87,11 @@ impl VolumeFs {
         fh: u64,
         offset: u64,
         data: &[u8],
+        kill: bool,
     ) -> Result<(), VolError> {
         let f = FileId(ino);
         let bs = u64::from(self.vol.superblock().block_size);
-        if req.uid() != 0 {
-            self.vol.drop_privileges(ino)?;
-        }
+        self.vol.drop_privileges(ino, Self::set_id(req, kill))?;
         let direct = fh & DIRECT != 0 && aligned(offset, data.len() as u64, bs);
         if direct {
             self.vol.write_direct(f, offset, data)?;
@@ -115,18 +114,31 @@ impl VolumeFs {
         if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 {
             return Err(Self::refuse(ino, "immutable or append-only"));
         }
-        // The engine truncates open files; a path truncate opens for it.
+        // The engine truncates open files: `ftruncate` has one, a path
+        // truncate of a file nobody holds opens it for the call.
         let f = FileId(ino);
-        self.vol.open_file(f)?;
-        let r = self.vol.truncate(f, size);
-        let closed = self.vol.close(f);
-        r?;
-        closed?;
-        self.vol.touch(f);
-        if req.uid() != 0 {
-            self.vol.drop_privileges(ino)?;
+        if self.vol.open_handles(f)? > 0 {
+            self.vol.truncate(f, size)?;
+        } else {
+            self.vol.open_file(f)?;
+            let r = self.vol.truncate(f, size);
+            let closed = self.vol.close(f);
+            r?;
+            closed?;
         }
+        self.vol.touch(f);
+        self.vol.drop_privileges(ino, Self::set_id(req, false))?;
         Ok(())
+    }
+
+    /// Whether a change by `req` clears the set-ID bits: the kernel's word
+    /// for writes, else anyone but root (who has CAP_FSETID).
+    fn set_id(req: &Request, kill: bool) -> SetId {
+        if kill || req.uid() != 0 {
+            SetId::Clear
+        } else {
+            SetId::Keep
+        }
     }
 
     /// `fallocate(2)` as ext4 answers it: allocate (extending the size
@@ -148,8 +160,8 @@ impl VolumeFs {
         if len == 0 {
             return Err(VolError::Fs(mballoc_fs::FsError::ZeroLength));
         }
-        let a = self.vol.attr(ino)?;
-        if a.flags & FL_IMMUTABLE != 0 || (a.flags & FL_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0) {
+        let flags = self.vol.flags(ino)?;
+        if flags & FL_IMMUTABLE != 0 || (flags & FL_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0) {
             return Err(Self::refuse(ino, "immutable, or append-only"));
         }
         let f = FileId(ino);
@@ -175,9 +187,7 @@ impl VolumeFs {
             _ => return Err(VolError::InvalidArgument(format!("fallocate mode {mode:#x}"))),
         }
         self.vol.touch(f);
-        if req.uid() != 0 {
-            self.vol.drop_privileges(ino)?;
-        }
+        self.vol.drop_privileges(ino, Self::set_id(req, false))?;
         Ok(())
     }
 }

@@ -298,6 +298,22 @@ def c_setuid_cleared_by_writes(d):
     return out
 
 
+def c_capabilities_dropped_by_writes(d):
+    # A VFS_CAP_REVISION_2 value: cap_net_bind_service permitted.
+    caps = struct.pack("<IIIII", 0x02000000, 1 << 10, 0, 0, 0)
+    out = []
+    for name, action in [
+        ("write", lambda p: write(p, b"w", os.O_WRONLY | os.O_APPEND)),
+        ("truncate", lambda p: os.truncate(p, 1)),
+    ]:
+        p = f"{d}/{name}"
+        write(p, b"data")
+        out.append(f"{name}: set {err(os.setxattr, p, 'security.capability', caps)}")
+        action(p)
+        out.append(f"{name} by root: capability {err(os.getxattr, p, 'security.capability')}")
+    return out
+
+
 def c_permissions(d):
     p = f"{d}/private"
     write(p, b"secret")

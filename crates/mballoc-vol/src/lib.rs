@@ -129,7 +129,7 @@ pub use mballoc_fs::{
     StreamPlacement,
 };
 pub use mkfs::{mkfs, Overwrite};
-pub use namespace::{DirEntry, Owner, Replace, SetAttr, Usage};
+pub use namespace::{DirEntry, Owner, Replace, SetAttr, SetId, Usage};
 pub use probe::probe;
 pub use special::XattrSet;
 pub use upgrade::{upgrade, Upgraded};

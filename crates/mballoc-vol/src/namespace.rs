@@ -438,14 +438,16 @@ impl Volume {
         Ok(true)
     }
 
-    /// A write, truncation or allocation by a caller without `CAP_FSETID`
-    /// clears the set-user-ID bit, and the set-group-ID bit of a
-    /// group-executable file, as the kernel does for ext4. Returns whether
-    /// it changed anything.
-    pub fn drop_privileges(&self, ino: u64) -> Result<bool> {
+    /// A write, truncation or allocation: the file's capabilities
+    /// (`security.capability`) go, and with [`SetId::Clear`] (a caller
+    /// without `CAP_FSETID`) the set-user-ID bit and the set-group-ID bit
+    /// of a group-executable file, as the kernel does for ext4. Returns
+    /// whether anything changed.
+    pub fn drop_privileges(&self, ino: u64, set_id: SetId) -> Result<bool> {
+        const CAPS: &[u8] = b"security.capability";
         let kill = |a: &Attr| {
-            let sgid = a.mode & 0o2010 == 0o2010;
-            a.mode & S_IFMT == S_IFREG && (a.mode & 0o4000 != 0 || sgid)
+            let bits = set_id == SetId::Clear && (a.mode & 0o4000 != 0 || a.mode & 0o2010 == 0o2010);
+            a.mode & S_IFMT == S_IFREG && (bits || a.xattrs.contains_key(CAPS))
         };
         if !kill(self.tree.read().attr(ino)?) {
             return Ok(false);
@@ -456,9 +458,12 @@ impl Volume {
         if !kill(a) {
             return Ok(false);
         }
-        a.mode &= !0o4000;
-        if a.mode & 0o2010 == 0o2010 {
-            a.mode &= !0o2000;
+        a.xattrs.remove(CAPS);
+        if set_id == SetId::Clear {
+            a.mode &= !0o4000;
+            if a.mode & 0o2010 == 0o2010 {
+                a.mode &= !0o2000;
+            }
         }
         a.ctime = now();
         self.log.record_attr(ino, a);
@@ -509,6 +514,15 @@ impl Volume {
 enum Kind {
     File,
     Directory,
+}
+
+/// Whether a change clears the set-user-ID and set-group-ID bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetId {
+    /// Keep them (the caller has `CAP_FSETID`).
+    Keep,
+    /// Clear them.
+    Clear,
 }
 
 /// Whether a rename may replace an existing target.

@@ -395,6 +395,11 @@ impl Volume {
         Ok(self.fs.open(f)?)
     }
 
+    /// Handles open on the file.
+    pub fn open_handles(&self, f: FileId) -> Result<u32> {
+        Ok(self.fs.open_handles(f)?)
+    }
+
     /// Blocks the file holds: mapped, and reserved for delayed data
     /// (what ext4 counts in `st_blocks`).
     pub fn blocks_held(&self, f: FileId) -> Result<u64> {
