@@ -218,13 +218,24 @@ fn settings_reach_every_engine_row() {
             .and_then(|row| row.num("avg_extents_per_file"))
             .expect("the per-file row")
     };
-    let own = per_file(&engine_env());
     let mut s = mballoc_lab::settings::Settings::default();
     s.set_str("engine.stream_placement=kernel").unwrap();
-    let forced = per_file(&engine_env().with_settings(s));
     // ext4's placement of interleaved appends splits every file into many
-    // extents; the engine's own keeps each in a few.
-    assert!(own <= 8.0 && forced > 2.0 * own, "own {own}, with ext4 placement forced {forced}");
+    // extents; the engine's own keeps each in a few. The appenders are
+    // threads: on a loaded machine the scheduler may run them one after
+    // another, and then nothing interleaves and both keep files whole. So
+    // the forced placement must show in one of three runs.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let own = per_file(&engine_env());
+        let forced = per_file(&engine_env().with_settings(s.clone()));
+        assert!(own <= 8.0, "own placement: {own} extents per file");
+        seen.push((own, forced));
+        if forced > 2.0 * own {
+            return;
+        }
+    }
+    panic!("ext4 placement forced never split files: (own, forced) extents per file {seen:?}");
 }
 
 #[test]
