@@ -30,6 +30,11 @@ pub enum FsError {
         max: u64,
     },
 
+    /// A range an operation cannot take: not whole blocks, past the end of
+    /// the file, or over data not yet written back (collapse and insert).
+    #[error("invalid range: {0}")]
+    InvalidRange(String),
+
     /// A zero-length range where one is not allowed (`fallocate`, `punch`).
     #[error("zero-length range")]
     ZeroLength,

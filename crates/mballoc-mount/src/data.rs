@@ -144,7 +144,9 @@ impl VolumeFs {
     /// `fallocate(2)` as ext4 answers it: allocate (extending the size
     /// unless KEEP_SIZE), PUNCH_HOLE (with KEEP_SIZE; nothing past the
     /// end), ZERO_RANGE (unwritten extents over the range, at or past the
-    /// end too). COLLAPSE_RANGE and INSERT_RANGE are not supported.
+    /// end too), COLLAPSE_RANGE and INSERT_RANGE (whole blocks, inside
+    /// the file; Linux's FUSE answers those two EOPNOTSUPP itself and
+    /// never sends them, up to 6.18 at least).
     pub(crate) fn fallocate_file(
         &self,
         req: &Request,
@@ -153,7 +155,11 @@ impl VolumeFs {
         len: u64,
         mode: i32,
     ) -> Result<(), VolError> {
-        let supported = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        let supported = libc::FALLOC_FL_KEEP_SIZE
+            | libc::FALLOC_FL_PUNCH_HOLE
+            | libc::FALLOC_FL_ZERO_RANGE
+            | libc::FALLOC_FL_COLLAPSE_RANGE
+            | libc::FALLOC_FL_INSERT_RANGE;
         if mode & !supported != 0 {
             return Err(VolError::InvalidArgument(format!("fallocate mode {mode:#x}")));
         }
@@ -176,6 +182,8 @@ impl VolumeFs {
                     self.vol.punch_hole(f, offset, inside)?;
                 }
             }
+            libc::FALLOC_FL_COLLAPSE_RANGE if !keep => self.vol.collapse_range(f, offset, len)?,
+            libc::FALLOC_FL_INSERT_RANGE if !keep => self.vol.insert_range(f, offset, len)?,
             libc::FALLOC_FL_ZERO_RANGE => {
                 // Zeroes as unwritten extents, as ext4 does: drop what the
                 // range holds inside the file, then allocate it unwritten.

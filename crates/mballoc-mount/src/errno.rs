@@ -37,7 +37,7 @@ fn raw(e: &VolError) -> i32 {
             FsError::UnknownFile(_) | FsError::Unlinked(_) => libc::ENOENT,
             FsError::NoSpace { .. } => libc::ENOSPC,
             FsError::FileTooLarge { .. } => libc::EFBIG,
-            FsError::ZeroLength | FsError::InvalidConfig(_) => libc::EINVAL,
+            FsError::ZeroLength | FsError::InvalidConfig(_) | FsError::InvalidRange(_) => libc::EINVAL,
             _ => libc::EIO,
         },
         _ => libc::EIO,

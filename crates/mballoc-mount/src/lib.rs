@@ -43,9 +43,13 @@
 //!   (`allow_other`); devices and set-user-ID bits have no effect (`nodev`,
 //!   `nosuid`).
 //!
-//! Not supported: COLLAPSE_RANGE and INSERT_RANGE (`EOPNOTSUPP`),
-//! `RENAME_WHITEOUT` (`EOPNOTSUPP`), POSIX ACL enforcement (the
-//! `system.posix_acl_*` attributes are stored, not applied).
+//! * POSIX ACLs (`system.posix_acl_access`, `system.posix_acl_default`):
+//!   the kernel enforces them, the volume keeps them and the mode in step
+//!   and applies default ACLs (and otherwise the umask) to new inodes.
+//!
+//! Not there: `RENAME_WHITEOUT` (`EOPNOTSUPP`), and `COLLAPSE_RANGE` and
+//! `INSERT_RANGE`, which the kernel's FUSE refuses before any server
+//! sees them (the volume has both: [`mballoc_vol::Volume::collapse_range`]).
 //!
 //! The mount ends on `mballoc umount`, `fusermount3 -u`, SIGTERM, SIGINT or
 //! SIGHUP: the session stops, then the volume syncs, checkpoints and is

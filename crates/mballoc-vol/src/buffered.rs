@@ -394,4 +394,30 @@ impl Volume {
         }
         Ok(())
     }
+
+    /// `FALLOC_FL_COLLAPSE_RANGE`: take the whole blocks
+    /// `[offset, offset + len)` out of the file and move what follows
+    /// down; the size shrinks by `len`. The file is written back and its
+    /// cache dropped first, as ext4 does.
+    pub fn collapse_range(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        self.shift_range(f, |fs| fs.collapse_range(f, offset, len))
+    }
+
+    /// `FALLOC_FL_INSERT_RANGE`: move everything from `offset` up by
+    /// `len` whole blocks, leaving a hole; the size grows by `len`.
+    pub fn insert_range(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        self.shift_range(f, |fs| fs.insert_range(f, offset, len))
+    }
+
+    fn shift_range(&self, f: FileId, shift: impl FnOnce(&mballoc_fs::Fs) -> mballoc_fs::Result<()>) -> Result<()> {
+        self.writable()?;
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        // Every byte on the device and nothing cached: the extents move
+        // under the data, and no folio is left at its old offset.
+        self.invalidate(f, &mut fc)?;
+        // A moved range can split one extent in two.
+        self.admit_records(f, 2)?;
+        self.engine(shift(&self.fs))
+    }
 }

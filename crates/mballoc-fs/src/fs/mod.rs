@@ -14,6 +14,7 @@ mod commit;
 mod data;
 mod files;
 mod import;
+mod shift;
 mod stats;
 mod streams;
 mod tree_blocks;
