@@ -17,6 +17,7 @@ use std::path::PathBuf;
 mod inspect;
 mod mount;
 mod plan;
+mod volume_cmd;
 
 use plan::{clean_up_on_signal, Job, Plan, RunScenario};
 
@@ -357,29 +358,8 @@ fn run() -> Result<()> {
     }
     match cli.cmd {
         Cmd::Mkfs { volume, size, block_size, journal_blocks, inodes, force } => {
-            use mballoc_vol::{FormatOptions, Overwrite};
             let size = size.map(|s| s.parse::<Size>()).transpose()?.map(|s| s.0);
-            let opts = FormatOptions {
-                block_size,
-                log_blocks: journal_blocks,
-                inode_count: inodes,
-                ..FormatOptions::default()
-            };
-            let overwrite = if force { Overwrite::Force } else { Overwrite::Refuse };
-            let sb = mballoc_vol::mkfs(&volume, size, &opts, overwrite)
-                .with_context(|| format!("making a volume on {}", volume.display()))?;
-            println!(
-                "{}: {} blocks of {} bytes, {} groups, {} journal blocks, {} inodes, {} data blocks from {}",
-                volume.display(),
-                sb.total_blocks,
-                sb.block_size,
-                sb.groups,
-                sb.log_blocks,
-                sb.inode_count,
-                sb.total_blocks - sb.data_start,
-                sb.data_start
-            );
-            Ok(())
+            volume_cmd::mkfs(&volume, size, block_size, journal_blocks, inodes, force)
         }
         Cmd::Mount { volume, dir, folio, profile, threads, commit, options, foreground } => {
             let folio = folio.parse::<Size>().context("--folio")?.0;
@@ -406,54 +386,8 @@ fn run() -> Result<()> {
             }
         }
         Cmd::Umount { dir } => mballoc_mount::umount(&dir),
-        Cmd::Upgrade { volume } => {
-            use mballoc_vol::{FileDevice, MountOptions, OpenMode};
-            let dev = FileDevice::open(&volume, OpenMode::ReadWrite)
-                .with_context(|| format!("opening {}", volume.display()))?;
-            let done = mballoc_vol::upgrade(&dev).with_context(|| format!("upgrading {}", volume.display()))?;
-            let vol = mballoc_vol::Volume::open(std::sync::Arc::new(dev), MountOptions::default())
-                .with_context(|| format!("mounting {} after the upgrade", volume.display()))?;
-            vol.unmount().with_context(|| format!("closing {}", volume.display()))?;
-            println!(
-                "{}: version 3, the attributes of {} inodes carried over in {} journal transaction(s)",
-                volume.display(),
-                done.inodes,
-                done.transactions
-            );
-            Ok(())
-        }
-        Cmd::Check { volume, repair } => {
-            use mballoc_vol::{FileDevice, OpenMode, Repair};
-            let mode = if repair { OpenMode::ReadWrite } else { OpenMode::ReadOnly };
-            let dev = FileDevice::open(&volume, mode).with_context(|| format!("opening {}", volume.display()))?;
-            let how = if repair { Repair::Yes } else { Repair::No };
-            let r = mballoc_vol::check(&dev, how).with_context(|| format!("checking {}", volume.display()))?;
-            let name = volume.display();
-            for p in &r.problems {
-                println!("{name}: {p}");
-            }
-            if r.pending_transactions > 0 {
-                let when = if r.repaired { "were replayed" } else { "await replay at the next mount" };
-                println!("{name}: {} committed journal transaction(s) {when}", r.pending_transactions);
-            }
-            if r.orphans > 0 {
-                let when = if r.repaired { "were removed" } else { "are removed at the next mount" };
-                println!("{name}: {} orphaned inode(s) (unlinked while open) {when}", r.orphans);
-            }
-            for why in &r.refused {
-                println!("{name}: not repaired: {why}");
-            }
-            let verdict = match (r.is_clean(), r.repaired) {
-                (true, _) => "clean",
-                (false, true) => "repaired",
-                (false, false) => "NOT clean",
-            };
-            println!("{name}: {verdict}, {} files, {} free blocks", r.files, r.free_blocks);
-            if !r.is_clean() && !r.repaired {
-                std::process::exit(1);
-            }
-            Ok(())
-        }
+        Cmd::Upgrade { volume } => volume_cmd::upgrade(&volume),
+        Cmd::Check { volume, repair } => volume_cmd::check(&volume, repair),
         Cmd::Inspect { image, freefrag, groups, files, .. } if inspect::is_own_volume(&image) => {
             let out = inspect::own_volume(&image, freefrag, groups, files)
                 .with_context(|| format!("reading {}", image.display()))?;
