@@ -74,11 +74,11 @@ enum Cmd {
         /// Journal blocks (default: 1/64 of the volume, 64 to 16384).
         #[arg(long)]
         journal_blocks: Option<u32>,
-        /// Inode slots (default: one per 64 KiB).
+        /// Inode slots (default: one per 64 KiB; 16 to 2147483647).
         #[arg(long)]
         inodes: Option<u32>,
-        /// Format even a device that holds a volume, a file system or a
-        /// partition table (destroying it).
+        /// Format even a device that holds a volume, a file system, a
+        /// partition table or any data (destroying it).
         #[arg(long)]
         force: bool,
     },

@@ -96,4 +96,8 @@ impl Device for RecordingDevice {
         self.events.lock().push(Event::Flush);
         Ok(())
     }
+
+    fn holders(&self) -> Option<&crate::device::Holders> {
+        self.live.holders()
+    }
 }

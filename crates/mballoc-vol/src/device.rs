@@ -24,6 +24,40 @@ pub trait Device: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Make every completed write durable (a cache flush).
     fn flush(&self) -> io::Result<()>;
+    /// Who holds this device open as a mounted volume, where the device
+    /// keeps count (a second read-write mount through the same handle is
+    /// then refused, as a second open of the same path is).
+    fn holders(&self) -> Option<&Holders> {
+        None
+    }
+}
+
+/// The volumes mounted on one device handle: one writer, or any number of
+/// readers.
+#[derive(Debug, Default)]
+pub struct Holders(std::sync::atomic::AtomicU64);
+
+const WRITER: u64 = 1 << 63;
+
+impl Holders {
+    /// Take the device for a writer (nothing else may hold it) or a
+    /// reader (no writer may); false when refused.
+    pub fn acquire(&self, writer: bool) -> bool {
+        use std::sync::atomic::Ordering;
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| match writer {
+                true => (v == 0).then_some(WRITER),
+                false => (v & WRITER == 0).then_some(v + 1),
+            })
+            .is_ok()
+    }
+
+    /// Give back what [`Holders::acquire`] took.
+    pub fn release(&self, writer: bool) {
+        use std::sync::atomic::Ordering;
+        let before = self.0.fetch_sub(if writer { WRITER } else { 1 }, Ordering::AcqRel);
+        assert!(if writer { before == WRITER } else { before & !WRITER > 0 }, "released what was held");
+    }
 }
 
 /// A volume in a regular file or on a block device, locked for as long as
@@ -35,6 +69,7 @@ pub trait Device: Send + Sync {
 pub struct FileDevice {
     file: File,
     len: u64,
+    holders: Holders,
 }
 
 /// How [`FileDevice`] opens its file.
@@ -53,7 +88,27 @@ impl FileDevice {
     /// holding process where the system says.
     pub fn open(path: &Path, mode: OpenMode) -> Result<FileDevice> {
         let io = |e| VolError::io(format!("opening {}", path.display()), e);
-        let is_block = std::fs::metadata(path).map_err(io)?.file_type().is_block_device();
+        let kind = std::fs::metadata(path).map_err(io)?.file_type();
+        // Opening a FIFO would wait for a writer; a directory, socket or
+        // character device holds no volume.
+        let what = if kind.is_fifo() {
+            Some("a FIFO")
+        } else if kind.is_socket() {
+            Some("a socket")
+        } else if kind.is_dir() {
+            Some("a directory")
+        } else if kind.is_char_device() {
+            Some("a character device")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(VolError::InvalidArgument(format!(
+                "{} is {what}: a volume lives in a regular file or on a block device",
+                path.display()
+            )));
+        }
+        let is_block = kind.is_block_device();
         let mut o = OpenOptions::new();
         o.read(true).write(mode == OpenMode::ReadWrite);
         if is_block && mode == OpenMode::ReadWrite {
@@ -65,7 +120,7 @@ impl FileDevice {
         })?;
         lock(&file, path, mode)?;
         let len = device_len(&file).map_err(io)?;
-        Ok(FileDevice { file, len })
+        Ok(FileDevice { file, len, holders: Holders::default() })
     }
 
     /// Create a new regular file of `len` bytes, sparse and locked
@@ -76,7 +131,7 @@ impl FileDevice {
         let file = OpenOptions::new().read(true).write(true).create_new(true).mode(0o644).open(path).map_err(io)?;
         lock(&file, path, OpenMode::ReadWrite)?;
         file.set_len(len).map_err(io)?;
-        Ok(FileDevice { file, len })
+        Ok(FileDevice { file, len, holders: Holders::default() })
     }
 
     /// Set the length of a regular file this device holds (a new mkfs of
@@ -152,6 +207,10 @@ impl Device for FileDevice {
         self.len
     }
 
+    fn holders(&self) -> Option<&Holders> {
+        Some(&self.holders)
+    }
+
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
     }
@@ -169,17 +228,18 @@ impl Device for FileDevice {
 #[derive(Debug, Default)]
 pub struct MemDevice {
     bytes: RwLock<Vec<u8>>,
+    holders: Holders,
 }
 
 impl MemDevice {
     /// `len` zero bytes.
     pub fn new(len: u64) -> MemDevice {
-        MemDevice { bytes: RwLock::new(vec![0; len as usize]) }
+        MemDevice { bytes: RwLock::new(vec![0; len as usize]), holders: Holders::default() }
     }
 
     /// A device holding `bytes`.
     pub fn from_bytes(bytes: Vec<u8>) -> MemDevice {
-        MemDevice { bytes: RwLock::new(bytes) }
+        MemDevice { bytes: RwLock::new(bytes), holders: Holders::default() }
     }
 
     /// A copy of the contents.
@@ -198,6 +258,10 @@ fn range(len: usize, offset: u64, n: usize) -> io::Result<std::ops::Range<usize>
 impl Device for MemDevice {
     fn len(&self) -> u64 {
         self.bytes.read().len() as u64
+    }
+
+    fn holders(&self) -> Option<&Holders> {
+        Some(&self.holders)
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {

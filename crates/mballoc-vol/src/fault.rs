@@ -135,6 +135,10 @@ impl<D: Device> Device for FaultyDevice<D> {
             None => self.inner.flush(),
         }
     }
+
+    fn holders(&self) -> Option<&crate::device::Holders> {
+        self.inner.holders()
+    }
 }
 
 #[cfg(test)]

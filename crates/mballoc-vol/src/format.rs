@@ -25,6 +25,10 @@ pub const DESC_BYTES: usize = 32;
 pub const INODE_BYTES: usize = 512;
 /// The root directory's inode number (the engine numbers files from 12).
 pub const ROOT_INO: u64 = 1;
+/// Fewest inode slots a volume is made with: the root and room to use it.
+pub const MIN_INODES: u32 = 16;
+/// Most inode slots a volume is made with.
+pub const MAX_INODES: u32 = u32::MAX / 2;
 /// Longest name a directory entry holds, in bytes (as ext4).
 pub const NAME_MAX: usize = 255;
 /// Longest attribute string of one inode (names, link target, extended
@@ -172,8 +176,10 @@ impl Superblock {
         }
         let inode_count =
             o.inode_count.unwrap_or(((bytes >> 16).clamp(64, u64::from(u32::MAX) / 2) as u32).next_multiple_of(64));
-        if inode_count == 0 {
-            return Err(geometry_error("at least one inode is needed"));
+        if !(MIN_INODES..=MAX_INODES).contains(&inode_count) {
+            return Err(geometry_error(format!(
+                "{inode_count} inodes: a volume takes {MIN_INODES} to {MAX_INODES} (the root is one)"
+            )));
         }
         let per_desc_block = (bs as usize / DESC_BYTES) as u64;
         let per_inode_block = (bs as usize / INODE_BYTES) as u64;

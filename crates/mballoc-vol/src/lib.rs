@@ -120,7 +120,7 @@ pub use attr::{
     S_IFREG, S_IFSOCK,
 };
 pub use check::{check, CheckReport, Repair};
-pub use device::{Device, FileDevice, MemDevice, OpenMode};
+pub use device::{Device, FileDevice, Holders, MemDevice, OpenMode};
 pub use error::{Result, VolError};
 pub use format::{FormatOptions, Superblock, VolumeState, NAME_MAX, ROOT_INO};
 pub use format::{MAX_ATTR_BYTES, SYMLINK_MAX};

@@ -109,6 +109,38 @@ pub struct Volume {
     pub(crate) tree: RwLock<crate::names::Tree>,
     /// The next inode generation (file handles tell reused numbers apart).
     pub(crate) generation: std::sync::atomic::AtomicU32,
+    /// This volume's hold on its device, given back when it is dropped.
+    _claim: Claim,
+}
+
+/// A mounted volume's hold on its device handle: one read-write volume,
+/// or any number of read-only ones, per handle.
+struct Claim {
+    dev: Arc<dyn Device>,
+    writer: bool,
+}
+
+impl Claim {
+    fn take(dev: &Arc<dyn Device>, access: Access) -> Result<Claim> {
+        let writer = access == Access::ReadWrite;
+        if let Some(h) = dev.holders() {
+            if !h.acquire(writer) {
+                return Err(VolError::Busy {
+                    path: std::path::PathBuf::from("this device handle"),
+                    holder: Some("another mounted volume of this process".into()),
+                });
+            }
+        }
+        Ok(Claim { dev: dev.clone(), writer })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if let Some(h) = self.dev.holders() {
+            h.release(self.writer);
+        }
+    }
 }
 
 /// A generation counter's start: different on every mount, so a number
@@ -183,6 +215,7 @@ impl Volume {
     /// persisted, and what it may not change (the geometry, the dirty and
     /// commit limits the volume runs the engine with) is kept.
     pub fn open_with(dev: Arc<dyn Device>, opts: MountOptions, policy: impl FnOnce(&mut FsConfig)) -> Result<Volume> {
+        let claim = Claim::take(&dev, opts.access)?;
         let bs_ok = opts.folio_size.is_power_of_two() && opts.folio_size <= 2 << 20;
         let mut head = vec![0u8; SUPERBLOCK_BYTES];
         dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
@@ -259,6 +292,7 @@ impl Volume {
             replayed: replayed as u64,
             tree: RwLock::new(tree),
             generation: std::sync::atomic::AtomicU32::new(now_seed()),
+            _claim: claim,
         })
         .and_then(|v| v.remove_nameless(&nameless).map(|()| v))
     }

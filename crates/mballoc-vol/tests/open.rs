@@ -108,4 +108,61 @@ fn a_failed_mkfs_removes_the_file_it_created_and_only_that() {
     assert!(mkfs(&path, None, &small(), Overwrite::Refuse).is_err());
     assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 4096]);
     assert!(matches!(mkfs(&dir.join("missing"), None, &small(), Overwrite::Refuse), Err(VolError::InvalidArgument(_))));
+    // A size no volume can have: refused before any file is made.
+    let huge = dir.join("huge");
+    assert!(matches!(mkfs(&huge, Some(u64::MAX), &small(), Overwrite::Refuse), Err(VolError::Geometry(_))));
+    assert!(!huge.exists());
+    let few = FormatOptions { inode_count: Some(1), ..small() };
+    let e = mkfs(&dir.join("few"), Some(8 << 20), &few, Overwrite::Refuse).unwrap_err();
+    assert!(e.to_string().contains("16 to"), "{e}");
+    assert!(!dir.join("few").exists());
+}
+
+#[test]
+fn mkfs_refuses_a_file_holding_data_and_takes_an_empty_one() {
+    let dir = Scratch::new("mkfs-data");
+    let data = dir.join("data");
+    std::fs::write(&data, vec![7u8; 64 << 10]).unwrap();
+    std::fs::File::options().write(true).open(&data).unwrap().set_len(8 << 20).unwrap();
+    match mkfs(&data, None, &small(), Overwrite::Refuse) {
+        Err(VolError::InUse { what, .. }) => assert!(what.contains("data"), "{what}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&data).unwrap()[..4], [7, 7, 7, 7], "refused: nothing written");
+    mkfs(&data, None, &small(), Overwrite::Force).unwrap();
+    // A sparse file never written holds nothing: taken without --force.
+    let sparse = dir.join("sparse");
+    std::fs::File::create(&sparse).unwrap().set_len(8 << 20).unwrap();
+    mkfs(&sparse, None, &small(), Overwrite::Refuse).unwrap();
+}
+
+#[test]
+fn every_open_refuses_what_holds_no_volume_and_a_second_writer_on_one_handle() {
+    let dir = Scratch::new("kinds");
+    for (what, path) in [("a directory", dir.path().to_path_buf())] {
+        match FileDevice::open(&path, OpenMode::ReadOnly) {
+            Err(VolError::InvalidArgument(m)) => assert!(m.contains(what), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let fifo = dir.join("fifo");
+    if std::process::Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        // Opening would wait for a writer forever; refused at once.
+        match FileDevice::open(&fifo, OpenMode::ReadOnly) {
+            Err(VolError::InvalidArgument(m)) => assert!(m.contains("a FIFO"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let dev = Arc::new(mballoc_vol::MemDevice::new(8 << 20));
+    Volume::format(dev.clone(), &small()).unwrap();
+    let first = Volume::open(dev.clone(), MountOptions::default()).unwrap();
+    assert!(matches!(Volume::open(dev.clone(), MountOptions::default()), Err(VolError::Busy { .. })));
+    let ro = MountOptions { access: mballoc_vol::Access::ReadOnly, ..MountOptions::default() };
+    assert!(matches!(Volume::open(dev.clone(), ro.clone()), Err(VolError::Busy { .. })), "no reader beside a writer");
+    first.unmount().unwrap();
+    let r1 = Volume::open(dev.clone(), ro.clone()).unwrap();
+    let r2 = Volume::open(dev.clone(), ro).unwrap();
+    assert!(matches!(Volume::open(dev.clone(), MountOptions::default()), Err(VolError::Busy { .. })));
+    drop((r1, r2));
+    Volume::open(dev, MountOptions::default()).unwrap();
 }
