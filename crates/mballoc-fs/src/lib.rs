@@ -89,6 +89,7 @@ mod percpu;
 mod prealloc;
 mod ranges;
 mod space;
+mod view;
 
 pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
@@ -104,3 +105,4 @@ pub use journal::JournalStats;
 pub use mballoc::Concurrency;
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};
 pub use ranges::RangeSet;
+pub use view::{AllocatorView, FsView};

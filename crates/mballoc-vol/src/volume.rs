@@ -314,9 +314,11 @@ impl Volume {
         self.engine(self.fs.try_commit()).map(|_| ())
     }
 
-    /// The engine underneath (extent maps, allocator statistics).
-    pub fn fs(&self) -> &Fs {
-        &self.fs
+    /// The engine underneath, read-only (extent maps, allocator
+    /// statistics and reports): every change goes through the volume,
+    /// which journals and caches it.
+    pub fn fs(&self) -> mballoc_fs::FsView<'_> {
+        self.fs.view()
     }
 
     /// The superblock as mounted.
@@ -529,10 +531,5 @@ impl Volume {
         self.fs.discard_preallocations();
         let mut home = self.log.home.lock();
         self.log.checkpoint(&mut home, VolumeState::Clean)
-    }
-
-    /// The device underneath.
-    pub fn device(&self) -> &Arc<dyn Device> {
-        &self.dev
     }
 }

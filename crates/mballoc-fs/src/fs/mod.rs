@@ -220,9 +220,15 @@ impl Fs {
         })
     }
 
-    /// The allocator underneath (for its statistics and reports).
-    pub fn allocator(&self) -> &Allocator {
-        &self.alloc
+    /// The allocator underneath, for its statistics, reports and free
+    /// space: a view that cannot allocate or free behind the engine.
+    pub fn allocator(&self) -> crate::AllocatorView<'_> {
+        crate::AllocatorView(&self.alloc)
+    }
+
+    /// This engine as a volume shows it to its callers: read-only.
+    pub fn view(&self) -> crate::FsView<'_> {
+        crate::FsView(self)
     }
 
     /// The configuration.

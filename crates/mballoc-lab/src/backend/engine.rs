@@ -52,7 +52,7 @@ impl Drop for VolumeFile {
 }
 
 /// The free runs of an engine's allocator, as GETFSMAP would list them.
-pub(crate) fn free_space_of(a: &mballoc::Allocator) -> FreeSpace {
+pub(crate) fn free_space_of(a: mballoc_fs::AllocatorView<'_>) -> FreeSpace {
     let g = a.geometry();
     let mut runs = Vec::new();
     a.for_each_free_extent(|_, len| runs.push(len));
@@ -172,10 +172,11 @@ impl EngineTarget {
         }
     }
 
-    /// The engine underneath (in memory, or the persistent volume's).
-    pub fn fs(&self) -> &Fs {
+    /// The engine underneath (in memory, or the persistent volume's),
+    /// read-only.
+    pub fn fs(&self) -> mballoc_fs::FsView<'_> {
         match &self.engine {
-            Engine::Memory(fs) => fs,
+            Engine::Memory(fs) => fs.view(),
             Engine::Persistent { vol, .. } => vol.fs(),
         }
     }
