@@ -450,7 +450,7 @@ impl Filesystem for VolumeFs {
             _ => return reply.error(Errno::EINVAL),
         };
         match self.vol.set_xattr(ino.0, name.as_bytes(), value, how) {
-            // Linux says ERANGE for a name it cannot take.
+            // A name in no namespace the volume keeps: ext4 answers EOPNOTSUPP.
             Err(VolError::InvalidName { .. }) => reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
             r => done(reply, r),
         }
