@@ -3,23 +3,24 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
-use mballoc_lab::backend::{BackendKind, Target};
-use mballoc_lab::report::{col, Report, Row, ScenarioReport};
-use mballoc_lab::scenarios::{self, Env, StartImage, Stats, Variant};
+use mballoc_lab::backend::BackendKind;
+use mballoc_lab::report::Report;
+use mballoc_lab::scenarios::{self, Env, StartImage};
 use mballoc_lab::settings::Settings;
 use mballoc_lab::trace::Trace;
 use mballoc_lab::units::Size;
-use mballoc_lab::workload::{StreamSpec, Workload};
-use mballoc_lab::LabError;
+use mballoc_lab::workload::Workload;
 use std::io::Write;
 use std::path::PathBuf;
 
+mod fidelity_cmd;
 mod inspect;
 mod mount;
 mod plan;
+mod user_workload;
 mod volume_cmd;
 
-use plan::{clean_up_on_signal, Job, Plan, RunScenario};
+use plan::{Job, Plan, RunScenario};
 
 #[derive(Parser)]
 #[command(name = "mballoc", version, about = "ext4's multiblock allocator: lab, benchmarks and reports")]
@@ -475,10 +476,10 @@ fn run() -> Result<()> {
         }
         Cmd::Lab { cmd: LabCmd::Workload { file, out } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
-            let prepared = prepare_workload(&text)?;
+            let prepared = user_workload::prepare(&text)?;
             let plan = Plan::new(&out, prepared.settings.clone(), &prepared.sweeps)?;
             let name = prepared.w.name.clone();
-            let jobs: Vec<Job> = vec![(name, Box::new(move |env: &Env| user_workload(env, &prepared)))];
+            let jobs: Vec<Job> = vec![(name, Box::new(move |env: &Env| user_workload::run(env, &prepared)))];
             let report = plan.run(&out, false, None, &jobs)?;
             finish(&report, &out)
         }
@@ -492,7 +493,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         Cmd::Lab { cmd: LabCmd::Fidelity { workloads, quick, cases, detail, out, json, keep } } => {
-            fidelity(&workloads, quick, &cases, detail, &out, json, keep.as_deref())
+            fidelity_cmd::run(&workloads, quick, &cases, detail, &out, json, keep.as_deref())
         }
         Cmd::Lab { cmd: LabCmd::Replay { trace, image, dev, optimize_scan, json } } => {
             let text = std::fs::read_to_string(&trace).with_context(|| trace.display().to_string())?;
@@ -578,227 +579,6 @@ fn finish(report: &Report, out: &Output) -> Result<()> {
         report.scenarios.iter().filter(|s| s.rows.is_empty() && s.failures > 0).map(|s| s.name.as_str()).collect();
     if !failed.is_empty() {
         bail!("{} failed on every backend it ran on (the notes say why)", failed.join(", "));
-    }
-    Ok(())
-}
-
-/// A user's workload (TOML or trace), parsed and checked once.
-struct Prepared {
-    w: Workload,
-    streams: Vec<StreamSpec>,
-    names: Vec<String>,
-    settings: Settings,
-    sweeps: Vec<(String, Vec<String>)>,
-}
-
-fn prepare_workload(text: &str) -> Result<Prepared> {
-    if Trace::is_trace(text) {
-        let t = Trace::parse(text)?;
-        let w = Workload {
-            name: "trace".into(),
-            volume: mballoc_lab::workload::Size(t.volume),
-            block_size: t.block_size,
-            interleave: t.interleave,
-            image: None,
-            seconds: None,
-            jobs: vec![],
-            ..Default::default()
-        };
-        let streams = t.stream_specs();
-        return Ok(Prepared { w, streams, names: t.files, settings: Settings::default(), sweeps: vec![] });
-    }
-    let mut w = Workload::from_toml(text)?;
-    if let Some(path) = w.image.clone() {
-        StartImage::open(&path)?.apply(&mut w);
-    }
-    let (settings, sweeps) = (w.settings()?, w.sweeps()?);
-    let (streams, names) = (w.streams(), w.file_names());
-    Ok(Prepared { w, streams, names, settings, sweeps })
-}
-
-/// A user's workload on every chosen backend.
-fn user_workload(env: &Env, p: &Prepared) -> ScenarioReport {
-    let w = &p.w;
-    let mut rep = ScenarioReport::new(
-        &w.name,
-        &format!("user workload, {} streams, {} volume", p.streams.len(), w.volume),
-        vec![
-            col("ops_per_s", "ops/s", 0),
-            col("mib_per_s", "MiB/s", 1),
-            col("files_per_s", "files/s", 0),
-            col("avg_extents_per_file", "extents/file", 2),
-            col("free_extents", "free extents", 0),
-            col("avg_free_extent_kib", "avg free KB", 0),
-            col("e4defrag_score", "e4defrag", 0),
-            col("ceph_score", "ceph", 3),
-        ],
-    );
-    let limit = w.seconds.map(std::time::Duration::from_secs_f64);
-    let run_on = |rep: &mut ScenarioReport, t: &dyn Target, v: &Variant| -> Result<(), LabError> {
-        let backend = v.backend().name();
-        let bar = env.bar(0, format!("{} on {backend}", w.name));
-        let r = mballoc_lab::runner::run(t, &p.streams, w.interleave, limit, &bar);
-        bar.finish_and_clear();
-        let r = r?;
-        t.sync();
-        let mut row = Row::new(backend, v.label());
-        row.set("ops_per_s", r.ops_per_s().round())
-            .set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0)
-            .set("files_per_s", r.creates_per_s().round());
-        scenarios::layout_metrics(&mut row, t, w.block_size, |_| true);
-        scenarios::free_metrics(&mut row, t, backend);
-        rep.rows.push(row);
-        Ok(())
-    };
-    let profile = if env.settings.get(mballoc_lab::settings::Scope::Engine, "profile") == Some("kernel") {
-        "kernel profile"
-    } else {
-        "default profile"
-    };
-    let mut variants = vec![Variant::engine(profile, |_| {})];
-    variants.extend(scenarios::kernel_variants(env, &[("default", "")]));
-    // Throughput rows: statistics off everywhere, as the kernel ships.
-    scenarios::for_each_variant(env, &mut rep, Stats::Off, &variants, |v, rep| {
-        let t = v.target_with_files(w, p.names.clone())?;
-        run_on(rep, &*t, v)
-    });
-    rep.plots.push(mballoc_lab::report::Plot::bars(
-        &format!("{}: operations per second", w.name),
-        "ops_per_s",
-        "data operations per second (fallocate, write, punch)",
-    ));
-    rep.plots.push(mballoc_lab::report::Plot::FreeHistograms { title: "free space after the run".into() });
-    rep
-}
-
-/// `mballoc lab fidelity`: each case on ext4 and on the engine's kernel
-/// profile, compared.
-fn fidelity(
-    files: &[PathBuf],
-    quick: bool,
-    only: &[String],
-    detail: bool,
-    out: &std::path::Path,
-    json: bool,
-    keep: Option<&std::path::Path>,
-) -> Result<()> {
-    use mballoc_lab::fidelity::{self, Case};
-    if !mballoc_lab::sys::is_root() {
-        println!("fidelity: skipped (needs root for loop mounts and tracefs)");
-        return Ok(());
-    }
-    clean_up_on_signal()?;
-    let cases: Vec<Case> = if files.is_empty() {
-        let all = fidelity::builtin(quick);
-        for n in only {
-            if !all.iter().any(|c| &c.name == n) {
-                let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
-                bail!("no built-in case {n:?}; the cases are {}", names.join(", "));
-            }
-        }
-        all.into_iter().filter(|c| only.is_empty() || only.contains(&c.name)).collect()
-    } else {
-        files
-            .iter()
-            .map(|f| -> Result<Case> {
-                let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
-                let trace = if Trace::is_trace(&text) {
-                    Trace::parse(&text)?
-                } else {
-                    Trace::from_workload(&Workload::from_toml(&text)?, 10_000_000)?
-                };
-                let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
-                Ok(Case::from_trace(&name, trace))
-            })
-            .collect::<Result<_>>()?
-    };
-    let mut rep = ScenarioReport::new(
-        "fidelity",
-        "the engine's kernel profile against kernel ext4, same image, same operations",
-        vec![
-            col("files_identical_pct", "files identical %", 1),
-            col("blocks_same_pct", "blocks in place %", 2),
-            col("requests_matched_pct", "requests matched %", 1),
-            col("kernel_free_extents", "free extents ext4", 0),
-            col("engine_free_extents", "free extents engine", 0),
-        ],
-    );
-    let mut results = Vec::new();
-    let mut failed = 0;
-    for (k, case) in cases.iter().enumerate() {
-        if !json {
-            eprintln!("fidelity: case {} of {}: {} ...", k + 1, cases.len(), case.name);
-        }
-        match fidelity::run(case, keep) {
-            Ok(a) => {
-                if !json {
-                    println!("{}", a.text());
-                    if detail {
-                        println!("{}", a.side_by_side());
-                    }
-                }
-                let mut row = Row::new("engine vs ext4", &case.name);
-                row.set("files_identical_pct", (1000.0 * a.file_share()).round() / 10.0)
-                    .set("blocks_same_pct", (10000.0 * a.block_share()).round() / 100.0)
-                    .set("requests_matched_pct", (1000.0 * a.request_share()).round() / 10.0)
-                    .set("kernel_free_extents", a.free_extents.0 as f64)
-                    .set("engine_free_extents", a.free_extents.1 as f64);
-                rep.rows.push(row);
-                if let Some(d) = &a.first_divergence {
-                    rep.notes
-                        .push(format!("{}: first divergence: kernel {} / engine {}", case.name, d.kernel, d.engine));
-                }
-                results.push(a);
-            }
-            Err(e) if e.is_unavailable() => {
-                let why = mballoc_lab::chain(&e);
-                if !json {
-                    println!(
-                        "== {}
-skipped: {why}
-",
-                        case.name
-                    );
-                }
-                rep.notes.push(format!("{}: skipped: {why}", case.name));
-            }
-            Err(e) => {
-                failed += 1;
-                let why = mballoc_lab::chain(&e);
-                eprintln!("fidelity: {}: {why}", case.name);
-                rep.notes.push(format!("{}: failed: {why}", case.name));
-            }
-        }
-    }
-    let sum = |f: &dyn Fn(&mballoc_lab::fidelity::Agreement) -> (u64, u64)| {
-        results.iter().map(f).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    };
-    let (fi, ft) = sum(&|a| (a.files_identical as u64, a.files as u64));
-    let (bs, bt) = sum(&|a| (a.blocks_same, a.blocks));
-    let (rm, rt) = sum(&|a| (a.requests_matched as u64, a.kernel_requests as u64));
-    let pct = |a: u64, b: u64| if b == 0 { 100.0 } else { 100.0 * a as f64 / b as f64 };
-    let total = format!(
-        "over {} cases: files identical {fi}/{ft} ({:.1}%), blocks in place {bs}/{bt} ({:.2}%), requests matched {rm}/{rt} ({:.1}%)",
-        results.len(),
-        pct(fi, ft),
-        pct(bs, bt),
-        pct(rm, rt)
-    );
-    rep.notes.insert(0, total.clone());
-    if json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
-    } else {
-        println!("{total}");
-    }
-    std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
-    let page = out.join("index.html");
-    let report = Report { seed: 0, quick, scenarios: vec![rep] };
-    std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
-    if !json {
-        println!("report: {}", page.display());
-    }
-    if failed > 0 {
-        bail!("{failed} case(s) failed");
     }
     Ok(())
 }

@@ -1,0 +1,141 @@
+//! `mballoc lab fidelity`: the kernel profile against the kernel, case by
+//! case, with the report page.
+
+use crate::plan::clean_up_on_signal;
+use anyhow::{bail, Context, Result};
+use mballoc_lab::report::{col, Report, Row, ScenarioReport};
+use mballoc_lab::trace::Trace;
+use mballoc_lab::workload::Workload;
+use std::path::PathBuf;
+
+/// `mballoc lab fidelity`: each case on ext4 and on the engine's kernel
+/// profile, compared.
+pub fn run(
+    files: &[PathBuf],
+    quick: bool,
+    only: &[String],
+    detail: bool,
+    out: &std::path::Path,
+    json: bool,
+    keep: Option<&std::path::Path>,
+) -> Result<()> {
+    use mballoc_lab::fidelity::{self, Case};
+    if !mballoc_lab::sys::is_root() {
+        println!("fidelity: skipped (needs root for loop mounts and tracefs)");
+        return Ok(());
+    }
+    clean_up_on_signal()?;
+    let cases: Vec<Case> = if files.is_empty() {
+        let all = fidelity::builtin(quick);
+        for n in only {
+            if !all.iter().any(|c| &c.name == n) {
+                let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+                bail!("no built-in case {n:?}; the cases are {}", names.join(", "));
+            }
+        }
+        all.into_iter().filter(|c| only.is_empty() || only.contains(&c.name)).collect()
+    } else {
+        files
+            .iter()
+            .map(|f| -> Result<Case> {
+                let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
+                let trace = if Trace::is_trace(&text) {
+                    Trace::parse(&text)?
+                } else {
+                    Trace::from_workload(&Workload::from_toml(&text)?, 10_000_000)?
+                };
+                let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
+                Ok(Case::from_trace(&name, trace))
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut rep = ScenarioReport::new(
+        "fidelity",
+        "the engine's kernel profile against kernel ext4, same image, same operations",
+        vec![
+            col("files_identical_pct", "files identical %", 1),
+            col("blocks_same_pct", "blocks in place %", 2),
+            col("requests_matched_pct", "requests matched %", 1),
+            col("kernel_free_extents", "free extents ext4", 0),
+            col("engine_free_extents", "free extents engine", 0),
+        ],
+    );
+    let mut results = Vec::new();
+    let mut failed = 0;
+    for (k, case) in cases.iter().enumerate() {
+        if !json {
+            eprintln!("fidelity: case {} of {}: {} ...", k + 1, cases.len(), case.name);
+        }
+        match fidelity::run(case, keep) {
+            Ok(a) => {
+                if !json {
+                    println!("{}", a.text());
+                    if detail {
+                        println!("{}", a.side_by_side());
+                    }
+                }
+                let mut row = Row::new("engine vs ext4", &case.name);
+                row.set("files_identical_pct", (1000.0 * a.file_share()).round() / 10.0)
+                    .set("blocks_same_pct", (10000.0 * a.block_share()).round() / 100.0)
+                    .set("requests_matched_pct", (1000.0 * a.request_share()).round() / 10.0)
+                    .set("kernel_free_extents", a.free_extents.0 as f64)
+                    .set("engine_free_extents", a.free_extents.1 as f64);
+                rep.rows.push(row);
+                if let Some(d) = &a.first_divergence {
+                    rep.notes
+                        .push(format!("{}: first divergence: kernel {} / engine {}", case.name, d.kernel, d.engine));
+                }
+                results.push(a);
+            }
+            Err(e) if e.is_unavailable() => {
+                let why = mballoc_lab::chain(&e);
+                if !json {
+                    println!(
+                        "== {}
+skipped: {why}
+",
+                        case.name
+                    );
+                }
+                rep.notes.push(format!("{}: skipped: {why}", case.name));
+            }
+            Err(e) => {
+                failed += 1;
+                let why = mballoc_lab::chain(&e);
+                eprintln!("fidelity: {}: {why}", case.name);
+                rep.notes.push(format!("{}: failed: {why}", case.name));
+            }
+        }
+    }
+    let sum = |f: &dyn Fn(&mballoc_lab::fidelity::Agreement) -> (u64, u64)| {
+        results.iter().map(f).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    let (fi, ft) = sum(&|a| (a.files_identical as u64, a.files as u64));
+    let (bs, bt) = sum(&|a| (a.blocks_same, a.blocks));
+    let (rm, rt) = sum(&|a| (a.requests_matched as u64, a.kernel_requests as u64));
+    let pct = |a: u64, b: u64| if b == 0 { 100.0 } else { 100.0 * a as f64 / b as f64 };
+    let total = format!(
+        "over {} cases: files identical {fi}/{ft} ({:.1}%), blocks in place {bs}/{bt} ({:.2}%), requests matched {rm}/{rt} ({:.1}%)",
+        results.len(),
+        pct(fi, ft),
+        pct(bs, bt),
+        pct(rm, rt)
+    );
+    rep.notes.insert(0, total.clone());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        println!("{total}");
+    }
+    std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
+    let page = out.join("index.html");
+    let report = Report { seed: 0, quick, scenarios: vec![rep] };
+    std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
+    if !json {
+        println!("report: {}", page.display());
+    }
+    if failed > 0 {
+        bail!("{failed} case(s) failed");
+    }
+    Ok(())
+}
