@@ -375,8 +375,10 @@ impl Filesystem for VolumeFs {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        let r = match self.vol.is_dir(ino.0) {
-            Ok(false) if self.vol.attr(ino.0).is_ok_and(|a| a.is_file()) => self.vol.fsync(FileId(ino.0)),
+        // A regular file's fsync writes its data and commits; anything
+        // else has only names and attributes, which the commit carries.
+        let r = match self.vol.attr(ino.0) {
+            Ok(a) if a.is_file() => self.vol.fsync(FileId(ino.0)),
             Ok(_) => self.vol.sync(),
             Err(e) => Err(e),
         };

@@ -204,11 +204,6 @@ impl Volume {
         self.log.record_attr(ino, a);
         Ok(())
     }
-
-    /// Whether `ino` is a directory (for callers that only hold a number).
-    pub fn is_dir(&self, ino: u64) -> Result<bool> {
-        Ok(self.tree.read().attr(ino)?.mode & S_IFMT == S_IFDIR)
-    }
 }
 
 fn no_attr(ino: u64, name: &[u8]) -> VolError {
