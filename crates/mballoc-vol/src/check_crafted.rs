@@ -275,3 +275,93 @@ fn an_inode_larger_than_the_largest_file_is_refused() {
     mount_refused(&dev);
     assert!(!check(&*dev, Repair::No).unwrap().is_clean());
 }
+
+/// A volume whose file `A` (`[7; 5000]`) is home, and whose journal holds
+/// one transaction per further file (`[i + 1; 3000]`).
+fn home_and_journal(files: u8) -> (Arc<MemDevice>, FileId, Vec<FileId>) {
+    let dev = Arc::new(MemDevice::new(4 << 20));
+    Volume::format(dev.clone(), &opts()).unwrap();
+    let vol = mount(&dev).unwrap();
+    let a = vol.create().unwrap();
+    vol.write(a, 0, &[7; 5000]).unwrap();
+    vol.unmount().unwrap();
+    let vol = mount(&dev).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..files {
+        let f = vol.create().unwrap();
+        vol.write(f, 0, &[i + 1; 3000]).unwrap();
+        vol.fsync(f).unwrap();
+        ids.push(f);
+    }
+    drop(vol);
+    (dev, a, ids)
+}
+
+/// Transaction `k` rewritten to map `thief`'s first blocks onto `victim`'s.
+fn steal(dev: &Arc<MemDevice>, k: usize, thief: FileId, victim: FileId) {
+    let vol =
+        Volume::open(dev.clone(), MountOptions { access: crate::Access::ReadOnly, ..MountOptions::default() }).unwrap();
+    let e = vol.extents(victim).unwrap()[0];
+    drop(vol);
+    let map =
+        Change::Map { ino: thief.0, logical: 0, physical: e.physical, len: 2, state: mballoc_fs::ExtentState::Written };
+    reframe(dev, k, &encoded(&[map, Change::Size { ino: thief.0, size: 2048 }]), 0);
+}
+
+#[test]
+fn a_last_transaction_taking_an_intact_files_blocks_is_refused_then_dropped() {
+    let (dev, a, ids) = home_and_journal(2);
+    steal(&dev, 1, ids[1], a);
+    let e = mount_refused(&dev);
+    assert!(e.to_string().contains("intact files own"), "{e}");
+    assert!(!check(&*dev, Repair::No).unwrap().is_clean());
+    // Last, it is dropped like a torn tail; the file it stole from is
+    // untouched and the one before it kept.
+    let vol = repaired(&dev);
+    assert_eq!(contents(&vol, a), vec![7; 5000]);
+    assert_eq!(contents(&vol, ids[0]), vec![1; 3000]);
+}
+
+#[test]
+fn an_earlier_transaction_taking_an_intact_files_blocks_refuses_repair() {
+    let (dev, a, ids) = home_and_journal(3);
+    steal(&dev, 0, ids[0], a);
+    mount_refused(&dev);
+    let why = repair_refused(&dev);
+    assert!(why.iter().any(|w| w.contains("intact files own")), "{why:?}");
+}
+
+#[test]
+fn a_superblock_whose_sequence_or_epoch_moved_forward_is_found() {
+    for field in ["sequence", "epoch", "sequence back"] {
+        let (dev, ids) = journal_of(2);
+        let mut sb = superblock(&dev);
+        let original = sb.encode();
+        match field {
+            "sequence" => sb.log_seq += 1,
+            "epoch" => sb.checkpoints += 1,
+            _ => sb.log_seq -= 1,
+        }
+        dev.write_at(0, &sb.encode()).unwrap();
+        let e = mount_refused(&dev);
+        assert!(matches!(e, VolError::Corrupt { .. }), "{field}: {e}");
+        let r = check(&*dev, Repair::No).unwrap();
+        assert!(!r.is_clean(), "{field}: check calls it clean: {r:?}");
+        repair_refused(&dev);
+        // Put back, the pending transactions replay.
+        dev.write_at(0, &original).unwrap();
+        let vol = mount(&dev).unwrap();
+        assert_eq!(contents(&vol, ids[1]), vec![2; 3000], "{field}");
+    }
+}
+
+#[test]
+fn a_repair_that_drops_a_transaction_starts_the_next_epoch_past_it() {
+    // The dropped transaction stays on disk under the old epoch; the
+    // next epoch must not start at its sequence, or it would look like a
+    // transaction never written home.
+    let (dev, _, ids) = home_and_journal(2);
+    steal(&dev, 1, ids[1], ids[0]);
+    repaired(&dev).unmount().unwrap();
+    assert!(check(&*dev, Repair::No).unwrap().is_clean());
+}

@@ -78,6 +78,13 @@ impl<D: Device> FaultyDevice<D> {
         self.tripped.load(Ordering::Relaxed)
     }
 
+    /// Fail as `fault` says from now on (its `nth` counts calls made
+    /// since the device was made, these included).
+    pub fn arm(&self, fault: Fault) {
+        self.tripped.store(false, Ordering::Relaxed);
+        *self.fault.lock() = Some(fault);
+    }
+
     /// Stop failing (the device was replaced, the disk has room again).
     pub fn heal(&self) {
         *self.fault.lock() = None;

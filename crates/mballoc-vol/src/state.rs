@@ -138,6 +138,28 @@ pub struct State {
     pub dirty_groups: BTreeSet<u32>,
     /// Unlinked since the last checkpoint: `(slot, tree blocks)`.
     pub dropped: Vec<(u32, Vec<u64>)>,
+    /// Pieces a replay moved from one file to another (see
+    /// [`State::unresolved`]); empty outside a replay.
+    pub stolen: Vec<Stolen>,
+    /// The journal transaction being replayed, for [`Stolen::by`].
+    pub replaying: Option<usize>,
+}
+
+/// Logical blocks `[first, end)` of `victim` whose physical blocks a
+/// replay gave to another file. A checkpoint cut short explains that only
+/// if a later change of the journal settles the victim's range again (a
+/// map, unmap, create or unlink of it): the home record was then ahead of
+/// the journal, and the change that made it so is still to come.
+/// Unsettled at the end of the replay, the move took blocks from a file
+/// whose own records say it has them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stolen {
+    pub victim: u64,
+    pub first: u64,
+    pub end: u64,
+    /// The transaction whose change took them; `None` when two home
+    /// records claim the same blocks.
+    pub by: Option<usize>,
 }
 
 impl State {
@@ -155,6 +177,8 @@ impl State {
             dirty_files: BTreeSet::new(),
             dirty_groups: BTreeSet::new(),
             dropped: Vec::new(),
+            stolen: Vec::new(),
+            replaying: None,
         };
         s.set(0, data_start).expect("metadata on an empty volume");
         s.dirty_groups.clear();
@@ -248,6 +272,7 @@ impl State {
                 }
                 for (other, first, _, n) in owners {
                     self.unmap(other, first, first + n)?;
+                    self.stolen.push(Stolen { victim: other, first, end: first + n, by: None });
                 }
             }
         }
@@ -330,6 +355,9 @@ impl State {
 
     fn apply_as(&mut self, c: &Change, how: Apply) -> Result<(), String> {
         let ino = c.ino();
+        if how == Apply::Replay && !self.stolen.is_empty() {
+            self.settle(c);
+        }
         if how == Apply::Replay && !self.files.contains_key(&ino) && !matches!(c, Change::Unlink { .. }) {
             if let Change::Map { logical, physical, len, .. } = *c {
                 self.check_physical(&Extent { logical, physical, len: u64::from(len), unwritten: true })?;
@@ -378,6 +406,12 @@ impl State {
                     }
                     for (other, first, _, n) in owners {
                         self.unmap(other, first, first + n)?;
+                        // The part of this file the change replaces is not
+                        // taken from anyone.
+                        let replaced = other == ino && first >= logical && first + n <= e.logical_end();
+                        if !replaced {
+                            self.stolen.push(Stolen { victim: other, first, end: first + n, by: self.replaying });
+                        }
                     }
                 }
                 self.unmap(ino, logical, e.logical_end())?;
@@ -399,6 +433,38 @@ impl State {
         }
         self.dirty_files.insert(ino);
         Ok(())
+    }
+
+    /// A replayed change settles whatever of its file's range was stolen:
+    /// a create or unlink the whole file, a map or unmap its range.
+    fn settle(&mut self, c: &Change) {
+        let (victim, first, end) = match *c {
+            Change::Create { ino } | Change::Unlink { ino } => (ino, 0, u64::MAX),
+            Change::Map { ino, logical, len, .. } => (ino, logical, logical + u64::from(len)),
+            Change::Unmap { ino, first, end } => (ino, first, end),
+            Change::Size { .. } | Change::Written { .. } => return,
+        };
+        let mut kept = Vec::with_capacity(self.stolen.len());
+        for s in self.stolen.drain(..) {
+            if s.victim != victim || s.end <= first || s.first >= end {
+                kept.push(s);
+                continue;
+            }
+            if s.first < first {
+                kept.push(Stolen { end: first, ..s.clone() });
+            }
+            if s.end > end {
+                kept.push(Stolen { first: end, ..s });
+            }
+        }
+        self.stolen = kept;
+    }
+
+    /// What the replay moved and never settled, once the journal is
+    /// done: each a block with two owners whose records are both intact,
+    /// which no crash explains.
+    pub fn unresolved(&self) -> &[Stolen] {
+        &self.stolen
     }
 
     /// Pieces of files (other than `except`) inside physical

@@ -278,6 +278,8 @@ pub fn frame(payload: &[u8], seq: u64, epoch: u64, seed: u32, block_size: usize)
 pub struct Found {
     /// Its sequence number.
     pub seq: u64,
+    /// The epoch (checkpoint count) it was written in.
+    pub epoch: u64,
     /// Journal-relative block where it starts.
     pub at: u64,
     /// Blocks it takes.
@@ -297,6 +299,10 @@ pub struct Journal {
     /// transaction of this epoch follows it. Replaying only what came
     /// before would lose committed changes.
     pub damage: Option<JournalDamage>,
+    /// The highest sequence number of any committed transaction in the
+    /// journal, of any epoch, replayed or not: the next epoch must start
+    /// past it, or a transaction a repair dropped would look pending.
+    pub max_seq: u64,
 }
 
 /// Where and how the journal is damaged.
@@ -311,13 +317,23 @@ pub struct JournalDamage {
     pub followed: bool,
 }
 
-/// Read the transaction starting at journal block `at`, if it is one of
-/// this epoch: `Ok(None)` when the header or commit block does not match
-/// (nothing, or a torn write), `Err` when it matches but does not decode.
 /// What [`read_tx`] found: a transaction, and whether it decoded.
 type ReadTx = Option<(Found, std::result::Result<(), String>)>;
 
-fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, seq: Option<u64>) -> Result<ReadTx> {
+/// Which transactions [`read_tx`] accepts.
+#[derive(Clone, Copy)]
+enum Want {
+    /// Sequence `seq` of the superblock's epoch: the next of the run.
+    Next(u64),
+    /// Any, of any epoch whose checksums match this volume.
+    Any,
+}
+
+/// Read the transaction starting at journal block `at`, if it is one
+/// `want` accepts: `Ok(None)` when the header or commit block does not
+/// match (nothing, a torn write, or another transaction), `Err` when it
+/// matches but does not decode.
+fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, want: Want) -> Result<ReadTx> {
     let bs = sb.block_size as usize;
     let seed = sb.seed();
     let log = u64::from(sb.log_blocks);
@@ -326,11 +342,13 @@ fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, seq: Option<u64>) -> Resu
     // search for later transactions reads no more of each block.
     let mut head = [0u8; 32];
     dev.read_at(sb.offset(block), &mut head).map_err(|e| VolError::io("reading the journal", e))?;
-    let tx_seq = get64(&head, 8);
-    let valid_header = get32(&head, 0) == TX_MAGIC
-        && get32(&head, 28) == crc32c::crc32c_append(seed, &head[..28])
-        && seq.is_none_or(|s| s == tx_seq)
-        && get64(&head, 16) == sb.checkpoints;
+    let (tx_seq, epoch) = (get64(&head, 8), get64(&head, 16));
+    let wanted = match want {
+        Want::Next(seq) => seq == tx_seq && epoch == sb.checkpoints,
+        Want::Any => true,
+    };
+    let valid_header =
+        get32(&head, 0) == TX_MAGIC && get32(&head, 28) == crc32c::crc32c_append(seed, &head[..28]) && wanted;
     if !valid_header {
         return Ok(None);
     }
@@ -346,7 +364,7 @@ fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, seq: Option<u64>) -> Resu
     let committed = get32(c, 0) == COMMIT_MAGIC
         && u64::from(get32(c, 4)) == blocks
         && get64(c, 8) == tx_seq
-        && get64(c, 16) == sb.checkpoints
+        && get64(c, 16) == epoch
         && get32(c, 24) == crc32c::crc32c_append(seed, &tx[..body])
         && get32(c, 28) == crc32c::crc32c_append(seed, &c[..28]);
     if !committed {
@@ -356,23 +374,36 @@ fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, seq: Option<u64>) -> Resu
         Ok(changes) => (changes, Ok(())),
         Err(d) => (Vec::new(), Err(d)),
     };
-    Ok(Some((Found { seq: tx_seq, at, blocks, changes }, decoded)))
+    Ok(Some((Found { seq: tx_seq, epoch, at, blocks, changes }, decoded)))
 }
 
 /// Every committed transaction from journal block 0 on, in order, until
-/// the first block that does not continue the sequence. Where the run
-/// stops, the rest of the journal is searched for a committed transaction
-/// of this epoch with a later sequence number: finding one means the stop
-/// was damage in the middle, not a torn tail.
+/// the first block that does not continue the sequence. The rest of the
+/// journal is then searched for committed transactions that should not be
+/// there if the run ended at a torn tail and the superblock is the one
+/// the last checkpoint wrote:
+///
+/// * one of this epoch with a later sequence number: damage in the middle
+///   of the run;
+/// * one of this epoch numbered before the superblock's first sequence:
+///   the superblock's sequence moved forward;
+/// * one of an earlier epoch numbered at or past the superblock's first
+///   sequence (a checkpoint always starts the next epoch past every
+///   transaction it wrote home), or of a later epoch: the superblock's
+///   epoch moved without a checkpoint.
+///
+/// Each would drop committed transactions without a word, so each is
+/// damage that a committed transaction follows.
 pub fn scan(dev: &dyn Device, sb: &Superblock) -> Result<Journal> {
     let log = u64::from(sb.log_blocks);
     let mut out = Journal::default();
     let (mut at, mut seq) = (0u64, sb.log_seq);
     while at + 2 <= log {
-        match read_tx(dev, sb, at, Some(seq))? {
+        match read_tx(dev, sb, at, Want::Next(seq))? {
             Some((f, Ok(()))) => {
                 at += f.blocks;
                 seq += 1;
+                out.max_seq = out.max_seq.max(f.seq);
                 out.found.push(f);
             }
             Some((_, Err(d))) => {
@@ -383,23 +414,42 @@ pub fn scan(dev: &dyn Device, sb: &Superblock) -> Result<Journal> {
             None => break,
         }
     }
-    // Whether the run stopped at a torn tail or at damage in the middle:
-    // a later committed transaction of this epoch means the middle.
-    for later in at + 1..log.saturating_sub(1) {
-        if let Some((f, _)) = read_tx(dev, sb, later, None)? {
-            if f.seq > seq {
-                let found = format!("transaction {} (block {}) follows", f.seq, sb.log_start + later);
-                match &mut out.damage {
-                    Some(d) => {
-                        d.followed = true;
-                        d.detail = format!("{}; {found}", d.detail);
-                    }
-                    None => {
-                        let detail = format!("the run of transactions stops at sequence {seq}, yet {found}");
-                        out.damage = Some(JournalDamage { block: sb.log_start + at, detail, followed: true });
-                    }
-                }
-                break;
+    let epoch = sb.checkpoints;
+    let mut unexplained = None;
+    for later in at..log.saturating_sub(1) {
+        let Some((f, _)) = read_tx(dev, sb, later, Want::Any)? else { continue };
+        out.max_seq = out.max_seq.max(f.seq);
+        if unexplained.is_some() {
+            continue;
+        }
+        let block = sb.log_start + later;
+        let (tx, first) = (f.seq, sb.log_seq);
+        unexplained = if f.epoch == epoch && tx > seq {
+            Some(format!("transaction {tx} (block {block}) follows"))
+        } else if f.epoch == epoch && tx < first {
+            Some(format!(
+                "transaction {tx} (block {block}) of this epoch comes before the superblock's first sequence \
+                 {first}: the superblock's sequence moved forward"
+            ))
+        } else if (f.epoch < epoch && tx >= first) || f.epoch > epoch {
+            Some(format!(
+                "transaction {tx} (block {block}) of epoch {} was never written home, yet the superblock \
+                 is at epoch {epoch} from sequence {first}",
+                f.epoch
+            ))
+        } else {
+            None
+        };
+    }
+    if let Some(found) = unexplained {
+        match &mut out.damage {
+            Some(d) => {
+                d.followed = true;
+                d.detail = format!("{}; {found}", d.detail);
+            }
+            None => {
+                let detail = format!("the run of transactions stops at sequence {seq}, yet {found}");
+                out.damage = Some(JournalDamage { block: sb.log_start + at, detail, followed: true });
             }
         }
     }

@@ -158,6 +158,7 @@ impl Home {
         }
         flush(dev)?;
         // 4. The superblock: the journal starts over.
+        self.next_seq = self.next_seq.max(self.seq_floor);
         self.sb.log_seq = self.next_seq;
         self.sb.checkpoints += 1;
         self.sb.free_blocks = self.state.free;

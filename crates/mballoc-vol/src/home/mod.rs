@@ -21,6 +21,7 @@ use tree_area::TreeError;
 
 mod budget;
 mod checkpoint;
+mod replay;
 mod tree_area;
 
 /// How reading treats damage.
@@ -60,6 +61,9 @@ pub struct Home {
     /// Next journal block and sequence number to write.
     pub head: u64,
     pub next_seq: u64,
+    /// Past every transaction the journal holds, of any epoch: where the
+    /// next checkpoint's epoch starts at the earliest.
+    pub seq_floor: u64,
 }
 
 /// What reading the home areas found.
@@ -166,6 +170,7 @@ impl Home {
             budget: TreeBudget::default(),
             head: 0,
             next_seq: sb.log_seq,
+            seq_floor: sb.log_seq,
             zone,
             zone_cursor: 0,
             state,
@@ -317,41 +322,9 @@ impl Home {
         }
         // The journal's transactions, replayed over the home files, each
         // whole or not at all.
-        let mut replayed = 0;
-        let before = (mode == ReadMode::Salvage && !journal.found.is_empty()).then(|| home.state.clone());
-        let total = journal.found.len();
-        for (k, tx) in journal.found.iter().enumerate() {
-            let block = sb.log_start + tx.at;
-            let applied = tx.changes.iter().try_for_each(|c| home.state.replay_record(c, sb.max_file_size()));
-            // Only the end of the journal must fit the inode slots: while
-            // a checkpoint cut short leaves the home state ahead, files it
-            // already holds are made again by the transactions before it.
-            let files = home.state.files.len();
-            let applied = applied.and_then(|()| match k + 1 == total && files > sb.inode_count as usize {
-                true => Err(format!("replay ends with {files} files for {} inode slots", sb.inode_count)),
-                false => Ok(()),
-            });
-            if let Err(d) = applied {
-                // A transaction that passes its checksums but cannot apply
-                // is proven bad; the ones before it stand. Intact ones
-                // after it would be lost: no repair then.
-                let e = VolError::corrupt("journal transaction", block, format!("sequence {}: {d}", tx.seq));
-                note(e, k + 1 < total || journal.damage.is_some())?;
-                if let Some(state) = &before {
-                    home.state = state.clone();
-                    for t in &journal.found[..k] {
-                        t.changes
-                            .iter()
-                            .try_for_each(|c| home.state.replay_record(c, sb.max_file_size()))
-                            .expect("a transaction that applied once applies again");
-                    }
-                }
-                break;
-            }
-            home.head = tx.at + tx.blocks;
-            home.next_seq = tx.seq + 1;
-            replayed += 1;
-        }
+        home.seq_floor = home.seq_floor.max(journal.max_seq + 1);
+        let kept = home.replay(&journal, mode, &mut note)?;
+        let replayed = kept;
         if let Some(d) = &journal.damage {
             note(VolError::corrupt("journal", d.block, d.detail.clone()), d.followed)?;
         }
