@@ -94,6 +94,12 @@ enum Cmd {
         /// would destroy something not proven bad.
         #[arg(long)]
         repair: bool,
+        /// Where a repair would refuse, take this answer (repeatable):
+        /// free-unowned (free blocks a valid bitmap marks used that no file
+        /// owns), drop-journal-tail (leave out a damaged or impossible journal
+        /// transaction with the intact ones after it).
+        #[arg(long, value_name = "ANSWER")]
+        force: Vec<mballoc_vol::Force>,
     },
     /// Mount a volume with FUSE: programs use it through ordinary system
     /// calls. Returns once mounted (the server runs on in the background)
@@ -388,7 +394,7 @@ fn run() -> Result<()> {
         }
         Cmd::Umount { dir } => mballoc_mount::umount(&dir),
         Cmd::Upgrade { volume } => volume_cmd::upgrade(&volume),
-        Cmd::Check { volume, repair } => volume_cmd::check(&volume, repair),
+        Cmd::Check { volume, repair, force } => volume_cmd::check(&volume, repair, &force),
         Cmd::Inspect { image, freefrag, groups, files, .. } if inspect::is_own_volume(&image) => {
             let out = inspect::own_volume(&image, freefrag, groups, files)
                 .with_context(|| format!("reading {}", image.display()))?;

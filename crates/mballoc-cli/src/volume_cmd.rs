@@ -2,7 +2,7 @@
 //! that make, verify and convert a volume.
 
 use anyhow::{Context, Result};
-use mballoc_vol::{FileDevice, FormatOptions, MountOptions, OpenMode, Overwrite, Repair};
+use mballoc_vol::{FileDevice, Force, FormatOptions, MountOptions, OpenMode, Overwrite, Repair};
 use std::path::Path;
 
 /// Make a volume and say what it is.
@@ -33,13 +33,16 @@ pub fn mkfs(
     Ok(())
 }
 
-/// Check (and with `repair`, repair) a volume; exit status 1 when it is
-/// left not clean.
-pub fn check(volume: &Path, repair: bool) -> Result<()> {
+/// Check (and with `repair`, repair, taking the answers in `force` where
+/// it would refuse) a volume; exit status 1 when it is left not clean.
+pub fn check(volume: &Path, repair: bool, force: &[Force]) -> Result<()> {
+    if !force.is_empty() && !repair {
+        anyhow::bail!("--force chooses how a repair proceeds: give --repair too");
+    }
     let mode = if repair { OpenMode::ReadWrite } else { OpenMode::ReadOnly };
     let dev = FileDevice::open(volume, mode).with_context(|| format!("opening {}", volume.display()))?;
     let how = if repair { Repair::Yes } else { Repair::No };
-    let r = mballoc_vol::check(&dev, how).with_context(|| format!("checking {}", volume.display()))?;
+    let r = mballoc_vol::check_with(&dev, how, force).with_context(|| format!("checking {}", volume.display()))?;
     let name = volume.display();
     for p in &r.problems {
         println!("{name}: {p}");
@@ -51,6 +54,13 @@ pub fn check(volume: &Path, repair: bool) -> Result<()> {
     if r.orphans > 0 {
         let when = if r.repaired { "were removed" } else { "are removed at the next mount" };
         println!("{name}: {} orphaned inode(s) (unlinked while open) {when}", r.orphans);
+    }
+    for q in &r.quarantined {
+        let tense = if r.repaired { "" } else { "(on repair) " };
+        println!("{name}: {tense}{q}");
+    }
+    for f in &r.forced {
+        println!("{name}: forced {f}");
     }
     for why in &r.refused {
         println!("{name}: not repaired: {why}");

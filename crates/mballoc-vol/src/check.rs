@@ -18,6 +18,40 @@ pub enum Repair {
     Yes,
 }
 
+/// An answer a repair takes only when told to, because it gives up
+/// something that was not proven bad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Force {
+    /// Blocks a valid bitmap marks in use but no file owns, with no
+    /// damaged inode to explain them, are freed. Safe for every file that
+    /// can be read; what is lost is whatever a vanished record pointed at.
+    FreeUnowned,
+    /// A damaged or impossible journal transaction is left out with every
+    /// transaction after it, though they are intact: their changes are
+    /// lost, the volume is consistent as of the transaction before.
+    DropJournalTail,
+}
+
+impl Force {
+    /// The name the command line uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Force::FreeUnowned => "free-unowned",
+            Force::DropJournalTail => "drop-journal-tail",
+        }
+    }
+}
+
+impl std::str::FromStr for Force {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Force, String> {
+        [Force::FreeUnowned, Force::DropJournalTail]
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown answer {s:?}: free-unowned or drop-journal-tail"))
+    }
+}
+
 /// What a check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckReport {
@@ -37,8 +71,14 @@ pub struct CheckReport {
     /// Whether a repair (or, with nothing wrong, a replay) was written.
     pub repaired: bool,
     /// Why a repair was refused: writing it would destroy something not
-    /// proven bad. Nothing was written.
+    /// proven bad. Nothing was written. Each names the [`Force`] that
+    /// would let it proceed, if one would.
     pub refused: Vec<String>,
+    /// Inodes a repair moves (or, checking, would move) to lost+found:
+    /// kept with what could be read, not dropped.
+    pub quarantined: Vec<String>,
+    /// The forced answers a repair took, each with what it gave up.
+    pub forced: Vec<String>,
 }
 
 impl CheckReport {
@@ -58,6 +98,12 @@ impl CheckReport {
 /// superblock that fails its checks is an error: nothing else can be
 /// located without it.
 pub fn check(dev: &dyn Device, repair: Repair) -> Result<CheckReport> {
+    check_with(dev, repair, &[])
+}
+
+/// [`check`], with leave to take the answers in `force` where a repair
+/// would otherwise refuse. The report says which it took.
+pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<CheckReport> {
     let mut head = vec![0u8; SUPERBLOCK_BYTES];
     dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
     let sb = Superblock::decode(&head, dev.len())?;
@@ -86,13 +132,27 @@ pub fn check(dev: &dyn Device, repair: Repair) -> Result<CheckReport> {
         free_blocks: home.state.free,
         repaired: false,
         refused: Vec::new(),
+        quarantined: scan.quarantined,
+        forced: Vec::new(),
     };
     let work = !report.is_clean() || report.pending_transactions > 0 || report.orphans > 0;
     if repair == Repair::Yes && work {
-        if !report.is_clean() && !scan.unrepairable.is_empty() {
-            report.refused = scan.unrepairable;
+        let (allowed, refused): (Vec<_>, Vec<_>) =
+            scan.unrepairable.into_iter().partition(|r| r.unless.is_some_and(|f| force.contains(&f)));
+        if !report.is_clean() && !refused.is_empty() {
+            report.refused = refused
+                .into_iter()
+                .map(|r| match r.unless {
+                    Some(f) => format!("{} (--force {} would proceed)", r.why, f.name()),
+                    None => r.why,
+                })
+                .collect();
             return Ok(report);
         }
+        report.forced = allowed
+            .into_iter()
+            .map(|r| format!("{}: {}", r.unless.expect("partitioned on it").name(), r.why))
+            .collect();
         for &ino in &orphans {
             home.state
                 .apply(&mballoc_fs::Change::Unlink { ino })

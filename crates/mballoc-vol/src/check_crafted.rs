@@ -97,6 +97,11 @@ fn repair_refused(dev: &Arc<MemDevice>) -> Vec<String> {
 fn repaired(dev: &Arc<MemDevice>) -> Volume {
     let r = check(&**dev, Repair::Yes).unwrap();
     assert!(r.repaired && r.refused.is_empty(), "{r:?}");
+    converged(dev)
+}
+
+/// After a repair: clean, nothing pending, and it mounts.
+fn converged(dev: &Arc<MemDevice>) -> Volume {
     let again = check(&**dev, Repair::No).unwrap();
     assert!(again.is_clean() && again.pending_transactions == 0, "{again:?}");
     mount(dev).unwrap()
@@ -309,15 +314,19 @@ fn steal(dev: &Arc<MemDevice>, k: usize, thief: FileId, victim: FileId) {
 }
 
 #[test]
-fn a_last_transaction_taking_an_intact_files_blocks_is_refused_then_dropped() {
+fn a_last_transaction_taking_an_intact_files_blocks_is_refused_unless_forced() {
     let (dev, a, ids) = home_and_journal(2);
     steal(&dev, 1, ids[1], a);
     let e = mount_refused(&dev);
     assert!(e.to_string().contains("intact files own"), "{e}");
     assert!(!check(&*dev, Repair::No).unwrap().is_clean());
-    // Last, it is dropped like a torn tail; the file it stole from is
-    // untouched and the one before it kept.
-    let vol = repaired(&dev);
+    // The transaction or the record it took from is wrong, and which is
+    // not known: no repair without an answer chosen.
+    let why = repair_refused(&dev);
+    assert!(why.iter().any(|w| w.contains("--force drop-journal-tail")), "{why:?}");
+    let r = crate::check_with(&*dev, Repair::Yes, &[crate::Force::DropJournalTail]).unwrap();
+    assert!(r.repaired && r.forced.len() == 1, "{r:?}");
+    let vol = converged(&dev);
     assert_eq!(contents(&vol, a), vec![7; 5000]);
     assert_eq!(contents(&vol, ids[0]), vec![1; 3000]);
 }
@@ -362,6 +371,7 @@ fn a_repair_that_drops_a_transaction_starts_the_next_epoch_past_it() {
     // transaction never written home.
     let (dev, _, ids) = home_and_journal(2);
     steal(&dev, 1, ids[1], ids[0]);
-    repaired(&dev).unmount().unwrap();
+    crate::check_with(&*dev, Repair::Yes, &[crate::Force::DropJournalTail]).unwrap();
+    converged(&dev).unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
 }

@@ -104,6 +104,7 @@ mod format;
 mod home;
 mod log;
 mod mkfs;
+pub mod mutate;
 mod names;
 mod namespace;
 mod probe;
@@ -119,7 +120,7 @@ pub use attr::{
     Attr, Link, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
     S_IFREG, S_IFSOCK,
 };
-pub use check::{check, CheckReport, Repair};
+pub use check::{check, check_with, CheckReport, Force, Repair};
 pub use device::{Device, FileDevice, Holders, MemDevice, OpenMode};
 pub use error::{Result, VolError};
 pub use format::{FormatOptions, Superblock, VolumeState, NAME_MAX, ROOT_INO};

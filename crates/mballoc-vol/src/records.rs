@@ -39,7 +39,7 @@ impl GroupDesc {
     }
 }
 
-fn desc_crc(seed: u32, g: u32, b: &[u8]) -> u32 {
+pub(crate) fn desc_crc(seed: u32, g: u32, b: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c_append(seed, &g.to_le_bytes()), &b[..DESC_BYTES - 4])
 }
 
@@ -203,9 +203,9 @@ impl InodeRecord {
 }
 
 /// Where an inode record keeps its first overflow block.
-const OVERFLOW_AT: usize = 240;
+pub(crate) const OVERFLOW_AT: usize = 240;
 /// Where an inode record's attribute bytes start.
-const INLINE_AT: usize = 248;
+pub(crate) const INLINE_AT: usize = 248;
 
 /// One block of an inode's attribute overflow chain, in the tree area.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,13 +253,13 @@ impl Overflow {
     }
 }
 
-fn overflow_crc(seed: u32, block: u64, b: &[u8]) -> u32 {
+pub(crate) fn overflow_crc(seed: u32, block: u64, b: &[u8]) -> u32 {
     let c = crc32c::crc32c_append(seed, &block.to_le_bytes());
     let c = crc32c::crc32c_append(c, &b[..16]);
     crc32c::crc32c_append(c, &b[20..])
 }
 
-fn slot_crc(seed: u32, slot: u32, b: &[u8]) -> u32 {
+pub(crate) fn slot_crc(seed: u32, slot: u32, b: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c_append(seed, &slot.to_le_bytes()), &b[..INODE_BYTES - 4])
 }
 
@@ -311,7 +311,7 @@ impl Node {
     }
 }
 
-fn node_crc(seed: u32, block: u64, b: &[u8]) -> u32 {
+pub(crate) fn node_crc(seed: u32, block: u64, b: &[u8]) -> u32 {
     let c = crc32c::crc32c_append(seed, &block.to_le_bytes());
     let c = crc32c::crc32c_append(c, &b[..12]);
     crc32c::crc32c_append(c, &b[16..])

@@ -9,6 +9,7 @@
 //! anywhere before that leaves the journal intact, and replay (idempotent)
 //! brings every file to its committed state again.
 
+use crate::check::Force;
 use crate::device::Device;
 use crate::error::{Result, VolError};
 use crate::format::{Extent, Superblock, DESC_BYTES, INODE_BYTES, MAX_ENTRY_LEN, ROOT_INO};
@@ -17,10 +18,11 @@ use crate::state::{Apply, FileState, State};
 use crate::wal;
 use budget::TreeBudget;
 use std::collections::BTreeSet;
-use tree_area::TreeError;
+use tree_area::{Partial, TreeError};
 
 mod budget;
 mod checkpoint;
+mod quarantine;
 mod replay;
 mod tree_area;
 
@@ -32,6 +34,24 @@ pub enum ReadMode {
     /// Problems are listed and the damaged part left out (checking,
     /// repairing).
     Salvage,
+}
+
+/// Whether a problem stops a repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refuse {
+    /// No: the repair's answer destroys nothing intact.
+    No,
+    /// Yes: no answer is safe.
+    Yes,
+    /// Unless the caller chose this answer.
+    Unless(Force),
+}
+
+/// Why a repair will not write, and the answer that would let it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub why: String,
+    pub unless: Option<Force>,
 }
 
 /// What a checkpoint rewrites.
@@ -74,7 +94,7 @@ pub struct Scan {
     pub problems: Vec<String>,
     /// Why writing a repair would destroy something not proven bad (empty
     /// when a repair is safe).
-    pub unrepairable: Vec<String>,
+    pub unrepairable: Vec<Refusal>,
     /// Journal transactions replayed.
     pub replayed: usize,
     /// Groups whose stored bitmap or descriptor differs from the files.
@@ -84,6 +104,8 @@ pub struct Scan {
     /// The directory tree of the named inodes (empty if it failed its
     /// checks, which are then among the problems).
     pub tree: crate::names::Tree,
+    /// Inodes moved to lost+found, each with where and why.
+    pub quarantined: Vec<String>,
 }
 
 /// Free inode slots, lowest first: the slots past a watermark are all
@@ -190,12 +212,14 @@ impl Home {
     pub fn read(dev: &dyn Device, sb: Superblock, mode: ReadMode) -> Result<Scan> {
         let mut problems = Vec::new();
         let mut unrepairable = Vec::new();
-        let mut note = |e: VolError, refuse: bool| -> Result<()> {
+        let mut note = |e: VolError, refuse: Refuse| -> Result<()> {
             match mode {
                 ReadMode::Strict => Err(e),
                 ReadMode::Salvage => {
-                    if refuse {
-                        unrepairable.push(e.to_string());
+                    match refuse {
+                        Refuse::No => {}
+                        Refuse::Yes => unrepairable.push(Refusal { why: e.to_string(), unless: None }),
+                        Refuse::Unless(f) => unrepairable.push(Refusal { why: e.to_string(), unless: Some(f) }),
                     }
                     problems.push(e.to_string());
                     Ok(())
@@ -216,7 +240,7 @@ impl Home {
             let block = sb.desc_start + (at / bs) as u64;
             match GroupDesc::decode(seed, g as u32, &descs_raw[at..at + DESC_BYTES], block) {
                 Ok(x) => *d = Some(x),
-                Err(e) => note(e, false)?,
+                Err(e) => note(e, Refuse::No)?,
             }
         }
         if descs.iter().all(Option::is_none) {
@@ -224,7 +248,7 @@ impl Home {
             // seed or layout) than every descriptor at once.
             note(
                 VolError::corrupt("group descriptors", sb.desc_start, "none passes its checksum under this superblock"),
-                true,
+                Refuse::Yes,
             )?;
         }
         let bitmaps_raw = read(dev, &sb, sb.bitmap_start, u64::from(sb.groups))?;
@@ -235,6 +259,9 @@ impl Home {
         // Inodes and their trees, a bounded piece of the table at a time.
         let mut damaged_inodes = 0;
         let mut valid_inodes = 0u64;
+        let partial = if mode == ReadMode::Salvage { Partial::Keep } else { Partial::Refuse };
+        // Inodes kept with part of what they held, and why.
+        let mut partly = std::collections::BTreeMap::new();
         let per_block = u64::from(sb.inodes_per_block());
         let table_blocks = sb.itable_blocks();
         let mut first = 0;
@@ -254,7 +281,7 @@ impl Home {
                     Ok(None) => continue,
                     Err(e) => {
                         damaged_inodes += 1;
-                        note(e, false)?;
+                        note(e, Refuse::No)?;
                         continue;
                     }
                 };
@@ -262,29 +289,45 @@ impl Home {
                 if rec.size > sb.max_file_size() {
                     note(
                         VolError::corrupt("inode", block, format!("size {} passes the largest file", rec.size)),
-                        true,
+                        Refuse::Yes,
                     )?;
                     continue;
                 }
                 // The tree, then the rest of long attributes: both from
                 // the tree area, checked alike.
-                let read = home.read_tree(dev, &rec).and_then(|(extents, mut nodes)| {
+                let read = home.read_tree(dev, &rec, partial).and_then(|(extents, mut nodes, mut lost)| {
                     if let Some(head) = &head {
-                        let (a, blocks) = home.read_overflow(dev, &rec, head, &nodes)?;
-                        rec.attr = Some(a);
-                        nodes.extend(blocks);
+                        match home.read_overflow(dev, &rec, head, &nodes) {
+                            Ok((a, blocks)) => {
+                                rec.attr = Some(a);
+                                nodes.extend(blocks);
+                            }
+                            // The data is still the file's: kept, with
+                            // attributes made up for it.
+                            Err(TreeError::Damaged(e)) if partial == Partial::Keep => lost.push(e),
+                            Err(e) => return Err(e),
+                        }
                     }
-                    Ok((extents, nodes))
+                    Ok((extents, nodes, lost))
                 });
                 let (extents, nodes) = match read {
-                    Ok(t) => t,
+                    Ok((extents, nodes, lost)) if !lost.is_empty() => {
+                        damaged_inodes += 1;
+                        let why: Vec<String> = lost.iter().map(ToString::to_string).collect();
+                        for e in lost {
+                            note(e, Refuse::No)?;
+                        }
+                        partly.insert(rec.ino, why.join("; "));
+                        (extents, nodes)
+                    }
+                    Ok((extents, nodes, _)) => (extents, nodes),
                     Err(TreeError::Damaged(e)) => {
                         damaged_inodes += 1;
-                        note(e, false)?;
+                        note(e, Refuse::No)?;
                         continue;
                     }
                     Err(TreeError::Suspect(e)) => {
-                        note(e, true)?;
+                        note(e, Refuse::Yes)?;
                         continue;
                     }
                     Err(TreeError::Device(e)) => return Err(e),
@@ -305,7 +348,7 @@ impl Home {
                     }
                     // Valid records that contradict each other: which is
                     // right cannot be proven.
-                    Err(d) => note(VolError::corrupt("inode", block, d), true)?,
+                    Err(d) => note(VolError::corrupt("inode", block, d), Refuse::Yes)?,
                 }
             }
             first += n;
@@ -317,25 +360,49 @@ impl Home {
                     sb.itable_start,
                     "no inode record passes its checksum under this superblock",
                 ),
-                true,
+                Refuse::Yes,
             )?;
         }
         // The journal's transactions, replayed over the home files, each
         // whole or not at all.
         home.seq_floor = home.seq_floor.max(journal.max_seq + 1);
-        let kept = home.replay(&journal, mode, &mut note)?;
-        let replayed = kept;
+        let (mut kept, before) = home.replay(&journal, mode, &mut note)?;
         if let Some(d) = &journal.damage {
-            note(VolError::corrupt("journal", d.block, d.detail.clone()), d.followed)?;
+            let refuse = if d.followed { Refuse::Unless(Force::DropJournalTail) } else { Refuse::No };
+            note(VolError::corrupt("journal", d.block, d.detail.clone()), refuse)?;
         }
-        // The names: one tree from the root. Valid inodes that name each
-        // other wrongly cannot be put right without guessing.
-        let named = home.state.files.iter().filter_map(|(&i, f)| f.attr.clone().map(|a| (i, a))).collect();
-        let tree = match crate::names::Tree::build(named) {
+        // The names: one tree from the root. Salvaging, what lost its data
+        // or its directory goes to lost+found rather than away.
+        let mut named = home.names(&partly, mode);
+        if let (Err(found), Some(last)) = (&named.0, kept.checked_sub(1)) {
+            // Without the last transaction, does the tree hold? Then leaving
+            // it out is an answer, but not a proven one: a crafted home
+            // record can break the tree with the transaction's help.
+            if mode == ReadMode::Salvage {
+                let mut alt = home.clone();
+                alt.replay_prefix(&journal, last, before.as_ref());
+                let without = alt.names(&partly, mode);
+                if without.0.is_ok() {
+                    let tx = &journal.found[last];
+                    let why = format!("sequence {}: leaves the directory tree broken: {}", tx.seq, found.join("; "));
+                    let e = VolError::corrupt("journal transaction", sb.log_start + tx.at, why);
+                    note(e, Refuse::Unless(Force::DropJournalTail))?;
+                    alt.set_head(&journal, last);
+                    home = alt;
+                    kept = last;
+                    named = without;
+                }
+            }
+        }
+        let replayed = kept;
+        let (tree, quarantined) = named;
+        let tree = match tree {
             Ok(t) => t,
             Err(found) => {
+                // Valid inodes that name each other wrongly cannot be put
+                // right without guessing.
                 for p in found {
-                    note(VolError::corrupt("directory tree", sb.itable_start, p), true)?;
+                    note(VolError::corrupt("directory tree", sb.itable_start, p), Refuse::Yes)?;
                 }
                 crate::names::Tree::default()
             }
@@ -358,9 +425,12 @@ impl Home {
             }
         }
         if unowned > 0 && damaged_inodes == 0 && replayed == 0 && mode == ReadMode::Salvage {
-            unrepairable.push(format!(
-                "{unowned} blocks are in use in the bitmaps but owned by no file, and no damaged inode explains them"
-            ));
+            unrepairable.push(Refusal {
+                why: format!(
+                    "{unowned} blocks are in use in the bitmaps but owned by no file, and no damaged inode explains them"
+                ),
+                unless: Some(Force::FreeUnowned),
+            });
         }
         let stale_counters = sb.free_blocks != home.state.free || sb.files != home.state.files.len() as u64;
         if replayed == 0 && mode == ReadMode::Strict {
@@ -378,7 +448,25 @@ impl Home {
         home.state.dirty_groups.extend(stale_groups.iter().copied());
         let inos: Vec<u64> = home.state.files.keys().copied().collect();
         home.refresh_budget(inos);
-        Ok(Scan { home, problems, unrepairable, replayed, stale_groups, stale_counters, tree })
+        Ok(Scan { home, problems, unrepairable, replayed, stale_groups, stale_counters, tree, quarantined })
+    }
+
+    /// The directory tree of the state's names, after moving what must go
+    /// to lost+found (salvaging), with a line per inode moved.
+    fn names(
+        &mut self,
+        partly: &std::collections::BTreeMap<u64, String>,
+        mode: ReadMode,
+    ) -> (std::result::Result<crate::names::Tree, Vec<String>>, Vec<String>) {
+        let mut moved = Vec::new();
+        if mode == ReadMode::Salvage {
+            match self.quarantine(partly) {
+                Ok(m) => moved = m,
+                Err(why) => return (Err(vec![why]), moved),
+            }
+        }
+        let named = self.state.files.iter().filter_map(|(&i, f)| f.attr.clone().map(|a| (i, a))).collect();
+        (crate::names::Tree::build(named), moved)
     }
 
     /// Group `g`'s bitmap block as the state has it.

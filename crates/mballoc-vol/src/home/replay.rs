@@ -6,14 +6,14 @@
 //! blocks from one file to another; the state remembers each such move
 //! ([`crate::state::Stolen`]) until a later change settles the file it
 //! took from. A move still unsettled when the journal ends took blocks
-//! from a file whose own records say it has them: no crash does that, so
-//! the transaction that made it is blamed and, with everything after it,
-//! left out. Left out last, it is dropped the way a torn tail is;
-//! left out before intact transactions, a repair would lose them and is
-//! refused.
+//! from a file whose own records say it has them: no crash does that. The
+//! transaction that made it, or the record it took from, is wrong, and
+//! which cannot be told: the volume is refused, and a repair leaves the
+//! transaction out (with everything after it) only when told to.
 
-use super::{Home, ReadMode};
+use super::{Force, Home, ReadMode, Refuse};
 use crate::error::{Result, VolError};
+use crate::state::State;
 use crate::wal::Journal;
 
 impl Home {
@@ -25,8 +25,8 @@ impl Home {
         &mut self,
         journal: &Journal,
         mode: ReadMode,
-        note: &mut impl FnMut(VolError, bool) -> Result<()>,
-    ) -> Result<usize> {
+        note: &mut impl FnMut(VolError, Refuse) -> Result<()>,
+    ) -> Result<(usize, Option<State>)> {
         let sb = self.sb.clone();
         let total = journal.found.len();
         let before = (mode == ReadMode::Salvage && total > 0).then(|| self.state.clone());
@@ -47,7 +47,7 @@ impl Home {
                 // Passes its checksums but cannot apply: proven bad.
                 let e =
                     VolError::corrupt("journal transaction", sb.log_start + tx.at, format!("sequence {}: {d}", tx.seq));
-                note(e, k + 1 < total || damaged_after)?;
+                note(e, tail_refusal(k + 1 < total || damaged_after))?;
                 kept = k;
                 break;
             }
@@ -80,7 +80,11 @@ impl Home {
                             victims.join(", ")
                         ),
                     );
-                    note(e, k + 1 < total || damaged_after)?;
+                    // Unlike a change impossible on any state, this one
+                    // may be innocent: a home record crafted to claim the
+                    // blocks makes the same picture. Leaving the
+                    // transaction out is an answer, not a proven one.
+                    note(e, Refuse::Unless(Force::DropJournalTail))?;
                     kept = k;
                     self.replay_prefix(journal, kept, before.as_ref());
                 }
@@ -95,22 +99,33 @@ impl Home {
                             first.victim, first.first, first.end
                         ),
                     );
-                    note(e, true)?;
+                    note(e, Refuse::Yes)?;
                     break;
                 }
             }
         }
         self.state.replaying = None;
-        if let Some(last) = kept.checked_sub(1).map(|k| &journal.found[k]) {
-            self.head = last.at + last.blocks;
-            self.next_seq = last.seq + 1;
+        self.set_head(journal, kept);
+        Ok((kept, before))
+    }
+
+    /// The journal continues after the first `kept` transactions.
+    pub(super) fn set_head(&mut self, journal: &Journal, kept: usize) {
+        match kept.checked_sub(1).map(|k| &journal.found[k]) {
+            Some(last) => {
+                self.head = last.at + last.blocks;
+                self.next_seq = last.seq + 1;
+            }
+            None => {
+                self.head = 0;
+                self.next_seq = self.sb.log_seq;
+            }
         }
-        Ok(kept)
     }
 
     /// The home files with only the first `n` transactions replayed over
     /// them (salvaging: `before` is the state as read from home).
-    fn replay_prefix(&mut self, journal: &Journal, n: usize, before: Option<&crate::state::State>) {
+    pub(super) fn replay_prefix(&mut self, journal: &Journal, n: usize, before: Option<&State>) {
         let Some(state) = before else { return };
         self.state = state.clone();
         for (k, t) in journal.found[..n].iter().enumerate() {
@@ -120,5 +135,15 @@ impl Home {
                 .try_for_each(|c| self.state.replay_record(c, self.sb.max_file_size()))
                 .expect("a transaction that applied once applies again");
         }
+        self.state.replaying = None;
+    }
+}
+
+/// Leaving out a transaction with intact ones after it loses them: only
+/// when the caller chose that.
+pub(super) fn tail_refusal(intact_after: bool) -> Refuse {
+    match intact_after {
+        true => Refuse::Unless(Force::DropJournalTail),
+        false => Refuse::No,
     }
 }

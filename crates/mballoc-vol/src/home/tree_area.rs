@@ -8,6 +8,19 @@ use crate::error::{Result, VolError};
 use crate::format::{Extent, MAX_LOGICAL, ROOT_ENTRIES};
 use crate::records::{check_order, Entry, InodeRecord, Node, Overflow};
 
+/// Whether reading a tree keeps what it can past a damaged node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Partial {
+    /// Any damage fails the whole tree (mounting).
+    Refuse,
+    /// Damaged nodes below the root are left out (salvaging).
+    Keep,
+}
+
+/// A file's extents, the tree blocks holding them, and the damaged nodes
+/// left out (reading [`Partial::Keep`]).
+pub(super) type ReadTree = (Vec<Extent>, Vec<u64>, Vec<VolError>);
+
 /// Why a file's tree could not be read.
 pub(super) enum TreeError {
     /// It fails its own checks: proven bad.
@@ -24,14 +37,19 @@ impl Home {
     /// but lies outside the tree area, or that another file's tree holds,
     /// makes it suspect: the superblock or the other file may be the
     /// wrong one.
+    ///
+    /// With `partial` (salvaging), a damaged node below the root is left
+    /// out with what it leads to, and listed in the third result: the
+    /// rest of the file is still worth keeping.
     pub(super) fn read_tree(
         &self,
         dev: &dyn Device,
         rec: &InodeRecord,
-    ) -> std::result::Result<(Vec<Extent>, Vec<u64>), TreeError> {
-        let sb = &self.sb;
+        partial: Partial,
+    ) -> std::result::Result<ReadTree, TreeError> {
         let mut extents = Vec::new();
         let mut tree = Vec::new();
+        let mut lost = Vec::new();
         let mut seen = std::collections::HashSet::new();
         check_order(&rec.root, 0, MAX_LOGICAL + 1, 0).map_err(TreeError::Damaged)?;
         // (entries, depth, logical bounds) still to visit.
@@ -41,41 +59,18 @@ impl Home {
                 match *e {
                     Entry::Leaf(x) => extents.push(x),
                     Entry::Index { logical, child } => {
-                        let damaged = |d: String| TreeError::Damaged(VolError::corrupt("extent tree", child, d));
-                        if depth == 0 {
-                            return Err(damaged("index entry in a leaf".into()));
-                        }
-                        if !seen.insert(child) {
-                            return Err(damaged(format!("inode {}: node reached twice", rec.ino)));
-                        }
-                        if child >= sb.total_blocks {
-                            return Err(damaged(format!("inode {}: node past the volume", rec.ino)));
-                        }
-                        let b = read(dev, sb, child, 1).map_err(TreeError::Device)?;
-                        let node = Node::decode(sb.seed(), child, &b, depth - 1, rec.ino as u32)
-                            .map_err(TreeError::Damaged)?;
-                        let in_area = child >= sb.tree_start && child < sb.tree_start + u64::from(sb.tree_blocks);
-                        if !in_area || self.zone_get(child) {
-                            return Err(TreeError::Suspect(VolError::corrupt(
-                                "extent tree",
-                                child,
-                                format!(
-                                    "inode {}: a valid node {}",
-                                    rec.ino,
-                                    if in_area { "another file's tree holds too" } else { "outside the tree area" }
-                                ),
-                            )));
-                        }
-                        tree.push(child);
                         let hi = match entries.get(i + 1) {
                             Some(Entry::Index { logical, .. }) => *logical,
                             _ => MAX_LOGICAL + 1,
                         };
-                        check_order(&node.entries, logical, hi, child).map_err(TreeError::Damaged)?;
-                        if first_logical(&node.entries) != logical {
-                            return Err(damaged("first entry differs from its index".into()));
+                        match self.read_node(dev, rec, depth, logical, hi, child, &mut seen) {
+                            Ok(node) => {
+                                tree.push(child);
+                                stack.push((node.entries, depth - 1));
+                            }
+                            Err(TreeError::Damaged(e)) if partial == Partial::Keep => lost.push(e),
+                            Err(e) => return Err(e),
                         }
-                        stack.push((node.entries, depth - 1));
                     }
                 }
             }
@@ -90,7 +85,52 @@ impl Home {
                 )));
             }
         }
-        Ok((extents, tree))
+        Ok((extents, tree, lost))
+    }
+
+    /// The node `child` an index entry of depth `depth` points at for
+    /// logical blocks `[logical, hi)`, checked.
+    #[allow(clippy::too_many_arguments)]
+    fn read_node(
+        &self,
+        dev: &dyn Device,
+        rec: &InodeRecord,
+        depth: u16,
+        logical: u64,
+        hi: u64,
+        child: u64,
+        seen: &mut std::collections::HashSet<u64>,
+    ) -> std::result::Result<Node, TreeError> {
+        let sb = &self.sb;
+        let damaged = |d: String| TreeError::Damaged(VolError::corrupt("extent tree", child, d));
+        if depth == 0 {
+            return Err(damaged("index entry in a leaf".into()));
+        }
+        if !seen.insert(child) {
+            return Err(damaged(format!("inode {}: node reached twice", rec.ino)));
+        }
+        if child >= sb.total_blocks {
+            return Err(damaged(format!("inode {}: node past the volume", rec.ino)));
+        }
+        let b = read(dev, sb, child, 1).map_err(TreeError::Device)?;
+        let node = Node::decode(sb.seed(), child, &b, depth - 1, rec.ino as u32).map_err(TreeError::Damaged)?;
+        let in_area = child >= sb.tree_start && child < sb.tree_start + u64::from(sb.tree_blocks);
+        if !in_area || self.zone_get(child) {
+            return Err(TreeError::Suspect(VolError::corrupt(
+                "extent tree",
+                child,
+                format!(
+                    "inode {}: a valid node {}",
+                    rec.ino,
+                    if in_area { "another file's tree holds too" } else { "outside the tree area" }
+                ),
+            )));
+        }
+        check_order(&node.entries, logical, hi, child).map_err(TreeError::Damaged)?;
+        if first_logical(&node.entries) != logical {
+            return Err(damaged("first entry differs from its index".into()));
+        }
+        Ok(node)
     }
 
     /// The rest of a long attribute string from its overflow chain, every
