@@ -89,9 +89,10 @@ enum Cmd {
     Check {
         /// The file or device.
         volume: PathBuf,
-        /// Replay the journal, clear inodes and trees that fail their checksums,
-        /// rebuild bitmaps and counters; refused (nothing written) when that
-        /// would destroy something not proven bad.
+        /// Replay the journal, drop inodes that fail their own checks, move what
+        /// can be read only in part to /lost+found, rebuild bitmaps and
+        /// counters; refused (nothing written) when that would destroy
+        /// something not proven bad.
         #[arg(long)]
         repair: bool,
         /// Where a repair would refuse, take this answer (repeatable):

@@ -396,6 +396,12 @@ impl Home {
         }
         let replayed = kept;
         let (tree, quarantined) = named;
+        // A move is a problem of its own: the damage behind it may have
+        // been found already (a damaged directory), or not (a valid name
+        // whose directory does not exist).
+        for q in &quarantined {
+            note(VolError::corrupt("directory tree", sb.itable_start, q.clone()), Refuse::No)?;
+        }
         let tree = match tree {
             Ok(t) => t,
             Err(found) => {

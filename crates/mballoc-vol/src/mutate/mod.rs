@@ -27,6 +27,9 @@ use crate::format::{Superblock, DESC_BYTES, INODE_BYTES, NODE_MAGIC, OVERFLOW_MA
 use crate::records::{self, Overflow};
 use crate::wal;
 
+pub mod fuzz;
+pub mod rules;
+
 /// What a structure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
