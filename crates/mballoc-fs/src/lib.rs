@@ -106,3 +106,14 @@ pub use mballoc::Concurrency;
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};
 pub use ranges::RangeSet;
 pub use view::{AllocatorView, FsView};
+
+// Thread safety, checked when the crate compiles: an `Fs` is shared by
+// every thread that writes files (each call takes the locks it needs).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Fs>();
+    send_sync::<FsConfig>();
+    send_sync::<FsStats>();
+    send_sync::<FsError>();
+    send_sync::<MappedExtent>();
+};

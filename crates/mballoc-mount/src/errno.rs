@@ -1,8 +1,7 @@
 //! Volume errors as the errno POSIX gives them.
 
 use fuser::Errno;
-use mballoc_fs::FsError;
-use mballoc_vol::{VolError, NAME_MAX};
+use mballoc_vol::VolError;
 
 /// The errno for `e`.
 pub(crate) fn errno(e: &VolError) -> Errno {
@@ -19,27 +18,5 @@ pub(crate) fn link_errno(e: &VolError) -> Errno {
 }
 
 fn raw(e: &VolError) -> i32 {
-    match e {
-        VolError::NoEntry { .. } | VolError::NoInode(_) => libc::ENOENT,
-        VolError::Exists { .. } => libc::EEXIST,
-        VolError::NotADirectory(_) => libc::ENOTDIR,
-        VolError::IsADirectory(_) => libc::EISDIR,
-        VolError::NotEmpty(_) => libc::ENOTEMPTY,
-        VolError::InvalidName { name, .. } if name.len() > NAME_MAX => libc::ENAMETOOLONG,
-        VolError::InvalidName { .. } | VolError::Loop(_) | VolError::InvalidArgument(_) => libc::EINVAL,
-        VolError::NotASymlink(_) => libc::EINVAL,
-        VolError::NoAttribute { .. } => libc::ENODATA,
-        VolError::NotPermitted { .. } => libc::EPERM,
-        VolError::ReadOnly => libc::EROFS,
-        VolError::NoInodes(_) | VolError::MetadataFull { .. } | VolError::NoRoom { .. } => libc::ENOSPC,
-        VolError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-        VolError::Fs(f) => match f {
-            FsError::UnknownFile(_) | FsError::Unlinked(_) => libc::ENOENT,
-            FsError::NoSpace { .. } => libc::ENOSPC,
-            FsError::FileTooLarge { .. } => libc::EFBIG,
-            FsError::ZeroLength | FsError::InvalidConfig(_) | FsError::InvalidRange(_) => libc::EINVAL,
-            _ => libc::EIO,
-        },
-        _ => libc::EIO,
-    }
+    e.errno()
 }

@@ -9,7 +9,7 @@
 //! * [`Scratch`] is a temporary directory removed when dropped;
 //!   [`mke2fs_image`] makes an ext4 image from a directory tree without
 //!   root.
-//! * With the `ext4-fuzz` feature, [`ext4_fuzz`] builds the ext4 reader's
+//! * With the `ext4-fuzz` feature, `ext4_fuzz` builds the ext4 reader's
 //!   fuzz inputs (the fuzz targets and the regression test share it).
 
 #![warn(missing_docs)]

@@ -77,7 +77,7 @@ pub struct Attr {
     pub uid: u32,
     /// Group.
     pub gid: u32,
-    /// chattr flags ([`FL_KNOWN`]).
+    /// chattr flags (`FL_KNOWN`).
     pub flags: u32,
     /// Told apart from earlier inodes of the same number (file handles).
     pub generation: u32,

@@ -191,6 +191,46 @@ impl VolError {
     pub(crate) fn corrupt(structure: &'static str, block: u64, detail: impl Into<String>) -> VolError {
         VolError::Corrupt { structure, block, detail: detail.into() }
     }
+
+    /// The errno POSIX gives for this error (`EIO` where none fits
+    /// better): what the mount answers, what [`std::io::Error`]s made from
+    /// it carry, and what the Python and C bindings report.
+    pub fn errno(&self) -> i32 {
+        use mballoc_fs::FsError;
+        match self {
+            VolError::NoEntry { .. } | VolError::NoInode(_) => libc::ENOENT,
+            VolError::Exists { .. } => libc::EEXIST,
+            VolError::NotADirectory(_) => libc::ENOTDIR,
+            VolError::IsADirectory(_) => libc::EISDIR,
+            VolError::NotEmpty(_) => libc::ENOTEMPTY,
+            VolError::InvalidName { name, .. } if name.len() > crate::format::NAME_MAX => libc::ENAMETOOLONG,
+            VolError::InvalidName { .. } | VolError::Loop(_) | VolError::InvalidArgument(_) => libc::EINVAL,
+            VolError::NotASymlink(_) => libc::EINVAL,
+            VolError::NoAttribute { .. } => libc::ENODATA,
+            VolError::NotPermitted { .. } => libc::EPERM,
+            VolError::ReadOnly => libc::EROFS,
+            VolError::Busy { .. } | VolError::InUse { .. } => libc::EBUSY,
+            VolError::NoInodes(_) | VolError::MetadataFull { .. } | VolError::NoRoom { .. } => libc::ENOSPC,
+            VolError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            VolError::Fs(f) => match f {
+                FsError::UnknownFile(_) | FsError::Unlinked(_) => libc::ENOENT,
+                FsError::NoSpace { .. } => libc::ENOSPC,
+                FsError::FileTooLarge { .. } => libc::EFBIG,
+                FsError::ZeroLength | FsError::InvalidConfig(_) | FsError::InvalidRange(_) => libc::EINVAL,
+                _ => libc::EIO,
+            },
+            _ => libc::EIO,
+        }
+    }
+}
+
+impl From<VolError> for std::io::Error {
+    /// An [`std::io::Error`] with the errno ([`VolError::errno`]) and the
+    /// whole message.
+    fn from(e: VolError) -> std::io::Error {
+        let kind = std::io::Error::from_raw_os_error(e.errno()).kind();
+        std::io::Error::new(kind, e)
+    }
 }
 
 /// Shorthand used across the crate.

@@ -9,11 +9,11 @@
 //!
 //! The engine's **live** state runs ahead: delayed data without blocks,
 //! preallocated windows, changes not yet committed. The **committed** state
-//! ([`state`]) is what a mount after a crash would find: each file's size
+//! (`state`) is what a mount after a crash would find: each file's size
 //! and extents, and the bitmaps those extents imply. The engine describes
 //! every metadata change to a [`ChangeLog`](mballoc_fs::ChangeLog) (this
 //! crate's journal) under the file's lock; a commit writes the changes as
-//! one journal transaction ([`wal`]), flushes, and applies them to the
+//! one journal transaction (`wal`), flushes, and applies them to the
 //! committed state. Only then does the engine release the blocks the
 //! transaction freed — the 2004 design's rule that freed blocks are
 //! allocatable only after commit.
@@ -35,7 +35,7 @@
 //!
 //! ## Checkpoints and replay
 //!
-//! When the journal is half full, and at unmount, a checkpoint ([`home`])
+//! When the journal is half full, and at unmount, a checkpoint (`home`)
 //! writes the committed state to its home areas — extent trees copy-on-
 //! write into the tree area, then inode records, bitmaps and descriptors,
 //! then the superblock, which restarts the journal. Changes are
@@ -80,11 +80,22 @@
 //!
 //! ## Data
 //!
-//! Buffered I/O goes through a cache of folios ([`cache`]) of one size per
+//! Buffered I/O goes through a cache of folios (`cache`) of one size per
 //! mount, 4 KiB to 2 MiB; writeback issues one device write per physically
 //! contiguous piece of up to 2 MiB (or one folio, if larger). [`Volume::write_direct`] and [`Volume::read_direct`]
 //! bypass the cache (`O_DIRECT`): aligned, allocated unwritten, written,
 //! then converted.
+
+//! ## Threads
+//!
+//! [`Volume`] is `Send` and `Sync`: share it (`&Volume`, or an `Arc`)
+//! between any number of threads; calls on different files run in
+//! parallel, calls on one file are serialized by its cache lock, and
+//! commits by the journal. A [`File`] borrows its volume and is `Send` and
+//! `Sync` too; [`MemDevice`], [`FileDevice`] and every report and error
+//! type move freely. The locks, what they guard and the order they nest
+//! in are on one page: ARCHITECTURE.md, *Locking rules*. All of this is
+//! checked when the crate compiles.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -100,6 +111,7 @@ mod device;
 mod direct;
 mod error;
 pub mod fault;
+mod file;
 mod format;
 mod home;
 mod log;
@@ -123,6 +135,7 @@ pub use attr::{
 pub use check::{check, check_with, CheckReport, Force, Repair};
 pub use device::{Device, FileDevice, Holders, MemDevice, OpenMode};
 pub use error::{Result, VolError};
+pub use file::{File, OpenOptions};
 pub use format::{FormatOptions, Superblock, VolumeState, NAME_MAX, ROOT_INO};
 pub use format::{MAX_ATTR_BYTES, SYMLINK_MAX};
 pub use mballoc_fs::{
@@ -135,3 +148,23 @@ pub use probe::probe;
 pub use special::XattrSet;
 pub use upgrade::{upgrade, Upgraded};
 pub use volume::{Access, MountOptions, Volume, VolumeStats};
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Volume>();
+    send_sync::<File<'static>>();
+    send_sync::<MemDevice>();
+    send_sync::<FileDevice>();
+    send_sync::<Superblock>();
+    send_sync::<CheckReport>();
+    send_sync::<VolError>();
+    send_sync::<MountOptions>();
+    send_sync::<FormatOptions>();
+    send_sync::<OpenOptions>();
+};
+
+/// README.md's Rust examples, compiled and run as doctests so they stay
+/// true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExamples;

@@ -155,3 +155,18 @@ pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPoli
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
 pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, Tunables};
+
+// Thread safety, checked when the crate compiles: an `Allocator` is shared
+// by every allocating thread (`&Allocator` is all a request needs), and
+// everything it hands out or is built from moves between threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Allocator>();
+    send_sync::<AllocatorBuilder>();
+    send_sync::<Geometry>();
+    send_sync::<Tunables>();
+    send_sync::<AllocRequest>();
+    send_sync::<Allocation>();
+    send_sync::<MbStats>();
+    send_sync::<Error>();
+};

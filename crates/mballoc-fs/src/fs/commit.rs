@@ -89,7 +89,7 @@ impl Fs {
     }
 
     /// Send every metadata change from now on to `log` (see
-    /// [`change_log`](crate::change_log)). Attach before sharing the engine:
+    /// `change_log`). Attach before sharing the engine:
     /// changes made earlier are not replayed into the log.
     pub fn attach_change_log(&mut self, log: Arc<dyn ChangeLog>) {
         self.log = Some(log);
