@@ -69,14 +69,15 @@ pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path) -> Result<String> 
 }
 
 /// What `inspect` prints for a volume of our own format: the same reports
-/// as for an ext4 image, from the committed state (a read-only mount, which
-/// replays the journal in memory and writes nothing).
+/// as for an ext4 image, from the committed state (a snapshot open, which
+/// replays the journal in memory, writes nothing, and works beside a
+/// mount that is writing the volume).
 pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Result<String> {
     use mballoc_vol::{Access, FileDevice, MountOptions, OpenMode};
-    let dev = FileDevice::open(image, OpenMode::ReadOnly)?;
+    let dev = FileDevice::open(image, OpenMode::Snapshot)?;
     let vol = mballoc_vol::Volume::open(
         std::sync::Arc::new(dev),
-        MountOptions { access: Access::ReadOnly, ..MountOptions::default() },
+        MountOptions { access: Access::Snapshot, ..MountOptions::default() },
     )?;
     let sb = vol.superblock();
     let alloc = vol.fs().allocator();

@@ -80,6 +80,9 @@ pub enum OpenMode {
     ReadWrite,
     /// Reads only: every write fails.
     ReadOnly,
+    /// Reads only, beside a writer: no lock is taken, so another process
+    /// may hold the volume read-write ([`crate::Access::Snapshot`]).
+    Snapshot,
 }
 
 impl FileDevice {
@@ -167,6 +170,7 @@ fn lock(file: &File, path: &Path, mode: OpenMode) -> Result<()> {
         let got = match mode {
             OpenMode::ReadWrite => file.try_lock(),
             OpenMode::ReadOnly => file.try_lock_shared(),
+            OpenMode::Snapshot => return Ok(()),
         };
         match got {
             Ok(()) => return Ok(()),

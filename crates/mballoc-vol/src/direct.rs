@@ -5,7 +5,7 @@
 
 use crate::cache::FileCache;
 use crate::error::{Result, VolError};
-use crate::volume::{Access, Volume};
+use crate::volume::Volume;
 use mballoc_fs::{ExtentState, FallocateMode, FileId};
 use std::sync::atomic::Ordering;
 
@@ -68,7 +68,7 @@ impl Volume {
         self.check_aligned(offset, buf.len() as u64)?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        if !matches!(self.opts.access, Access::ReadOnly) && fc.dirty_blocks > 0 {
+        if self.opts.access.writes() && fc.dirty_blocks > 0 {
             self.invalidate(f, &mut fc)?;
         }
         let size = self.fs.size(f)?;

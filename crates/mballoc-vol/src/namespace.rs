@@ -286,7 +286,7 @@ impl Volume {
         self.settle_times(f.0);
         self.fs.close(f)?;
         let orphan = self.tree.read().attrs.get(&f.0).is_some_and(|a| f.0 != ROOT_INO && a.links.is_empty());
-        if orphan && self.opts.access == crate::volume::Access::ReadWrite {
+        if orphan && self.opts.access.writes() {
             let mut t = self.tree.write();
             let still = t.attrs.get(&f.0).is_some_and(|a| a.links.is_empty());
             if still && self.fs.open_handles(f)? == 0 {
@@ -425,7 +425,7 @@ impl Volume {
         let stale = |a: &Attr| {
             a.flags & crate::attr::FL_NOATIME == 0 && (a.atime <= a.mtime || a.atime <= a.ctime || at - a.atime >= DAY)
         };
-        if !stale(self.tree.read().attr(ino)?) || self.opts.access == crate::volume::Access::ReadOnly {
+        if !stale(self.tree.read().attr(ino)?) || !self.opts.access.writes() {
             return Ok(false);
         }
         let mut t = self.tree.write();

@@ -23,6 +23,23 @@ pub enum Access {
     ReadWrite,
     /// Nothing is ever written; mutating calls fail with `ReadOnly`.
     ReadOnly,
+    /// Read-only beside a writer (a backup, an inspector): no claim on
+    /// the device, so a read-write mount, in this process or another
+    /// (with [`crate::OpenMode::Snapshot`]), may run at the same time. The
+    /// open sees the state committed when it finished reading: a
+    /// checkpoint that ran meanwhile makes it read again (and, if the
+    /// writer keeps checkpointing, fail with `Busy`).
+    /// [`Volume::snapshot_is_current`] says whether the writer has
+    /// committed since; file data the writer overwrites in place shows
+    /// at once, as it would to any reader of a live file system.
+    Snapshot,
+}
+
+impl Access {
+    /// Whether this mount writes.
+    pub fn writes(self) -> bool {
+        self == Access::ReadWrite
+    }
 }
 
 /// How a volume is mounted.
@@ -116,13 +133,17 @@ pub struct Volume {
 /// A mounted volume's hold on its device handle: one read-write volume,
 /// or any number of read-only ones, per handle.
 struct Claim {
-    dev: Arc<dyn Device>,
+    /// `None` for a snapshot, which claims nothing.
+    dev: Option<Arc<dyn Device>>,
     writer: bool,
 }
 
 impl Claim {
     fn take(dev: &Arc<dyn Device>, access: Access) -> Result<Claim> {
         let writer = access == Access::ReadWrite;
+        if access == Access::Snapshot {
+            return Ok(Claim { dev: None, writer });
+        }
         if let Some(h) = dev.holders() {
             if !h.acquire(writer) {
                 return Err(VolError::Busy {
@@ -131,16 +152,47 @@ impl Claim {
                 });
             }
         }
-        Ok(Claim { dev: dev.clone(), writer })
+        Ok(Claim { dev: Some(dev.clone()), writer })
     }
 }
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        if let Some(h) = self.dev.holders() {
+        if let Some(h) = self.dev.as_ref().and_then(|d| d.holders()) {
             h.release(self.writer);
         }
     }
+}
+
+/// The superblock and everything it leads to, read as `access` needs:
+/// strictly, and for a snapshot again until no checkpoint ran meanwhile.
+fn read_home(dev: &dyn Device, access: Access) -> Result<(Superblock, Scan)> {
+    let superblock = || -> Result<Vec<u8>> {
+        let mut head = vec![0u8; SUPERBLOCK_BYTES];
+        dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
+        Ok(head)
+    };
+    let mode = if access == Access::Snapshot { ReadMode::Snapshot } else { ReadMode::Strict };
+    for _ in 0..8 {
+        let head = superblock()?;
+        let sb = Superblock::decode(&head, dev.len())?;
+        // Strict: a tree that fails its checks is an error here, so the
+        // tree holds every named inode.
+        let read = Home::read(dev, sb.clone(), mode);
+        if access != Access::Snapshot {
+            return Ok((sb, read?));
+        }
+        // A checkpoint rewrites home areas in place before its superblock:
+        // what was read is the state of one moment only if the superblock
+        // did not move. (Transactions appended meanwhile are not seen.)
+        if superblock()? == head {
+            return Ok((sb, read?));
+        }
+    }
+    Err(VolError::Busy {
+        path: std::path::PathBuf::from("the volume"),
+        holder: Some("a writer that checkpointed during every attempt to read it".into()),
+    })
 }
 
 /// A generation counter's start: different on every mount, so a number
@@ -217,19 +269,14 @@ impl Volume {
     pub fn open_with(dev: Arc<dyn Device>, opts: MountOptions, policy: impl FnOnce(&mut FsConfig)) -> Result<Volume> {
         let claim = Claim::take(&dev, opts.access)?;
         let bs_ok = opts.folio_size.is_power_of_two() && opts.folio_size <= 2 << 20;
-        let mut head = vec![0u8; SUPERBLOCK_BYTES];
-        dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
-        let sb = Superblock::decode(&head, dev.len())?;
+        let (sb, scan) = read_home(&*dev, opts.access)?;
         if !bs_ok || opts.folio_size < sb.block_size {
             return Err(VolError::InvalidArgument(format!(
                 "folio size {} must be a power of two from the block size {} to 2 MiB",
                 opts.folio_size, sb.block_size
             )));
         }
-        // Strict: a tree that fails its checks is an error here, so `tree`
-        // holds every named inode.
-        let Scan { home, replayed, stale_groups, stale_counters, tree, .. } =
-            Home::read(&*dev, sb.clone(), ReadMode::Strict)?;
+        let Scan { home, replayed, stale_groups, stale_counters, tree, .. } = scan;
         let geo = sb.geometry();
         let mut chosen = FsConfig::new(geo);
         policy(&mut chosen);
@@ -263,7 +310,7 @@ impl Volume {
             running: Mutex::new(wal::Running::default()),
             home: Mutex::new(home),
             data_written: AtomicBool::new(false),
-            aborted: AtomicBool::new(opts.access == Access::ReadOnly),
+            aborted: AtomicBool::new(!opts.access.writes()),
             failure: Mutex::new(None),
             headroom: AtomicU64::new(0),
             transactions: AtomicU64::new(0),
@@ -271,7 +318,7 @@ impl Volume {
             checkpoints: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
         });
-        if opts.access == Access::ReadWrite && needs_write {
+        if opts.access.writes() && needs_write {
             let mut h = log.home.lock();
             log.checkpoint(&mut h, VolumeState::Mounted)?;
         }
@@ -300,7 +347,7 @@ impl Volume {
     /// Unlink inodes no name reaches (read-write mounts only; read-only
     /// ones just do not show them).
     fn remove_nameless(&self, inos: &[u64]) -> Result<()> {
-        if self.opts.access == Access::ReadOnly || inos.is_empty() {
+        if !self.opts.access.writes() || inos.is_empty() {
             return Ok(());
         }
         let mut t = self.tree.write();
@@ -319,6 +366,24 @@ impl Volume {
     /// which journals and caches it.
     pub fn fs(&self) -> mballoc_fs::FsView<'_> {
         self.fs.view()
+    }
+
+    /// For a [`Access::Snapshot`] open: whether what it shows is still
+    /// what is committed (no checkpoint and no transaction since it was
+    /// read). A reader that must not mix two states reads, then asks, and
+    /// opens a new snapshot when the answer is no.
+    pub fn snapshot_is_current(&self) -> Result<bool> {
+        let mut head = vec![0u8; SUPERBLOCK_BYTES];
+        self.dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
+        let sb = Superblock::decode(&head, self.dev.len())?;
+        if sb.checkpoints != self.sb.checkpoints || sb.log_seq != self.sb.log_seq {
+            return Ok(false);
+        }
+        let (at, seq) = {
+            let h = self.log.home.lock();
+            (h.head, h.next_seq)
+        };
+        Ok(!wal::committed_at(&*self.dev, &sb, at, seq)?)
     }
 
     /// The superblock as mounted.
@@ -524,7 +589,7 @@ impl Volume {
 
     /// Sync, checkpoint and mark the volume clean.
     pub fn unmount(self) -> Result<()> {
-        if self.opts.access == Access::ReadOnly {
+        if !self.opts.access.writes() {
             return Ok(());
         }
         self.sync()?;

@@ -377,6 +377,15 @@ fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, want: Want) -> Result<Rea
     Ok(Some((Found { seq: tx_seq, epoch, at, blocks, changes }, decoded)))
 }
 
+/// Whether transaction `seq` of the superblock's epoch is committed at
+/// journal block `at` (a writer appended it).
+pub fn committed_at(dev: &dyn Device, sb: &Superblock, at: u64, seq: u64) -> Result<bool> {
+    if at + 2 > u64::from(sb.log_blocks) {
+        return Ok(false);
+    }
+    Ok(read_tx(dev, sb, at, Want::Next(seq))?.is_some())
+}
+
 /// Every committed transaction from journal block 0 on, in order, until
 /// the first block that does not continue the sequence. The rest of the
 /// journal is then searched for committed transactions that should not be

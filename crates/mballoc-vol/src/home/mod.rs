@@ -34,6 +34,10 @@ pub enum ReadMode {
     /// Problems are listed and the damaged part left out (checking,
     /// repairing).
     Salvage,
+    /// As strict, for a read beside a writer: bitmaps, descriptors and
+    /// counters a checkpoint is rewriting may lag the files, which are
+    /// what the state is built from anyway.
+    Snapshot,
 }
 
 /// Whether a problem stops a repair.
@@ -214,7 +218,7 @@ impl Home {
         let mut unrepairable = Vec::new();
         let mut note = |e: VolError, refuse: Refuse| -> Result<()> {
             match mode {
-                ReadMode::Strict => Err(e),
+                ReadMode::Strict | ReadMode::Snapshot => Err(e),
                 ReadMode::Salvage => {
                     match refuse {
                         Refuse::No => {}
