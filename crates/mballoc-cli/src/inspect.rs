@@ -87,9 +87,12 @@ pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Re
         writeln!(o, "Block size: {} bytes", sb.block_size)?;
         writeln!(o, "Blocks: {} ({} free)", sb.total_blocks, alloc.free_blocks())?;
         writeln!(o, "Groups: {} of {} blocks", sb.groups, sb.blocks_per_group)?;
-        let files = vol.files();
+        // The same counts `mballoc check` gives: inodes of every kind, the
+        // root included, and of them the regular files.
+        let files: Vec<_> = vol.files().into_iter().filter(|f| vol.attr(f.0).is_ok_and(|a| a.is_file())).collect();
         let extents: u64 = files.iter().map(|&f| filefrag_of(&vol, f)).sum::<Result<u64>>()?;
-        writeln!(o, "Files: {} regular ({} extents as filefrag counts)", files.len(), extents)?;
+        let inodes = vol.usage().inodes - vol.usage().free_inodes;
+        writeln!(o, "Inodes: {inodes} ({} regular files, {extents} extents as filefrag counts)", files.len())?;
         let (mut runs, mut free) = (0u64, 0u64);
         alloc.for_each_free_extent(|_, len| {
             runs += 1;

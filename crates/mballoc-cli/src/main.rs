@@ -17,13 +17,14 @@ mod fidelity_cmd;
 mod inspect;
 mod mount;
 mod plan;
+mod shell;
 mod user_workload;
 mod volume_cmd;
 
-use plan::{Job, Plan, RunScenario};
+use plan::{backends, Job, Plan, RunScenario};
 
 #[derive(Parser)]
-#[command(name = "mballoc", version, about = "ext4's multiblock allocator: lab, benchmarks and reports")]
+#[command(name = "mballoc", version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MBALLOC_COMMIT"), ")"), about = "ext4's multiblock allocator: lab, benchmarks and reports")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -148,6 +149,20 @@ enum Cmd {
         dir: PathBuf,
     },
     /// Micro-benchmarks.
+    /// Shell completions (bash, zsh, fish, elvish, powershell) on stdout:
+    /// `mballoc completions bash > /etc/bash_completion.d/mballoc`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Manual pages from these definitions: mballoc.1 and one per
+    /// subcommand, written to DIR.
+    Man {
+        /// Where the pages go.
+        #[arg(long, default_value = "target/man")]
+        out: PathBuf,
+    },
+    /// Micro-benchmarks of the bare allocator and the engine.
     Bench {
         #[command(subcommand)]
         cmd: BenchCmd,
@@ -218,6 +233,7 @@ enum LabCmd {
     },
     /// Expand a TOML workload into a trace on stdout.
     Trace {
+        /// The TOML workload.
         file: PathBuf,
         /// Refuse traces longer than this.
         #[arg(long, default_value_t = 10_000_000)]
@@ -285,6 +301,7 @@ enum BenchCmd {
         /// Seconds per row.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
+        /// Backends to run on: engine and ext4 (ext4 needs root).
         #[arg(long, value_delimiter = ',', default_value = "engine,ext4")]
         backends: Vec<String>,
     },
@@ -296,19 +313,10 @@ enum BenchCmd {
         /// Requests on the fragmented volume.
         #[arg(long, default_value_t = 100_000)]
         requests: u64,
+        /// Seed of the fragmenting pattern and the requests.
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-}
-
-fn backends(names: &[String]) -> Result<Vec<BackendKind>> {
-    names
-        .iter()
-        .map(|n| {
-            BackendKind::parse(n.trim())
-                .with_context(|| format!("unknown backend {n:?}; choose from engine, ext4, xfs, btrfs, mount"))
-        })
-        .collect()
 }
 
 fn main() -> std::process::ExitCode {
@@ -395,6 +403,8 @@ fn run() -> Result<()> {
         }
         Cmd::Umount { dir } => mballoc_mount::umount(&dir),
         Cmd::Upgrade { volume } => volume_cmd::upgrade(&volume),
+        Cmd::Completions { shell } => shell::completions(shell),
+        Cmd::Man { out } => shell::man(&out),
         Cmd::Check { volume, repair, force } => volume_cmd::check(&volume, repair, &force),
         Cmd::Inspect { image, freefrag, groups, files, .. } if inspect::is_own_volume(&image) => {
             let out = inspect::own_volume(&image, freefrag, groups, files)

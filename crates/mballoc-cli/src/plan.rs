@@ -3,8 +3,8 @@
 //! merged into medians with their samples, and a signal on the way
 //! cleaning up everything the lab made.
 
-use crate::{backends, Output};
-use anyhow::Result;
+use crate::Output;
+use anyhow::{Context, Result};
 use mballoc_lab::backend::BackendKind;
 use mballoc_lab::report::{Report, ScenarioReport};
 use mballoc_lab::scenarios::{Env, StartImage};
@@ -190,4 +190,15 @@ pub fn clean_up_on_signal() -> Result<()> {
         }
     });
     Ok(())
+}
+
+/// The backends `--backends` names, checked.
+pub fn backends(names: &[String]) -> Result<Vec<BackendKind>> {
+    names
+        .iter()
+        .map(|n| {
+            BackendKind::parse(n.trim())
+                .with_context(|| format!("unknown backend {n:?}; choose from engine, ext4, xfs, btrfs, mount"))
+        })
+        .collect()
 }

@@ -70,7 +70,10 @@ pub fn check(volume: &Path, repair: bool, force: &[Force]) -> Result<()> {
         (false, true) => "repaired",
         (false, false) => "NOT clean",
     };
-    println!("{name}: {verdict}, {} files, {} free blocks", r.files, r.free_blocks);
+    println!(
+        "{name}: {verdict}, {} inodes ({} regular files), {} free blocks",
+        r.inodes, r.regular_files, r.free_blocks
+    );
     if !r.is_clean() && !r.repaired {
         std::process::exit(1);
     }

@@ -50,3 +50,30 @@ fn mkfs_check_corrupt_repair() {
     assert!(text(&o).contains("bad magic"), "{}", text(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_and_inspect_count_alike() {
+    let dir = std::env::temp_dir().join(format!("mballoc-counts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let vol = dir.join("vol.img");
+    let v = vol.to_str().unwrap();
+    let _ = std::fs::remove_file(&vol);
+    assert!(mballoc(&["mkfs", v, "--size", "64M"]).status.success());
+    {
+        let dev = mballoc_vol::FileDevice::open(&vol, mballoc_vol::OpenMode::ReadWrite).unwrap();
+        let vol = mballoc_vol::Volume::open(std::sync::Arc::new(dev), Default::default()).unwrap();
+        vol.mkdir_path("/d").unwrap();
+        let rw = mballoc_vol::OpenOptions::new().write(true).create(true).clone();
+        for p in ["/a", "/d/b", "/d/c"] {
+            vol.file(p, &rw).unwrap().write_at(b"data", 0).unwrap();
+        }
+        vol.symlink(vol.root(), b"s", b"a", mballoc_vol::Owner::default()).unwrap();
+        vol.unmount().unwrap();
+    }
+    // Root, /d, three files and a symbolic link: six inodes, three files.
+    let c = text(&mballoc(&["check", v]));
+    assert!(c.contains("6 inodes (3 regular files)"), "{c}");
+    let i = text(&mballoc(&["inspect", v]));
+    assert!(i.contains("Inodes: 6 (3 regular files,"), "{i}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -64,8 +64,11 @@ pub struct CheckReport {
     /// before their name: the next read-write mount (or a repair) removes
     /// them, as ext4 does with its orphan list. Not a problem.
     pub orphans: u64,
-    /// Files after replay (damaged ones left out).
-    pub files: u64,
+    /// Inodes after replay, every kind, the root included (damaged ones
+    /// left out): what the superblock's count and `statfs` count.
+    pub inodes: u64,
+    /// Of them, regular files: what `inspect` and `find -type f` count.
+    pub regular_files: u64,
     /// Free data blocks after replay.
     pub free_blocks: u64,
     /// Whether a repair (or, with nothing wrong, a replay) was written.
@@ -128,7 +131,8 @@ pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<C
         problems,
         orphans: orphans.len() as u64,
         pending_transactions: scan.replayed,
-        files: home.state.files.len() as u64,
+        inodes: home.state.files.len() as u64,
+        regular_files: regular_files(&home),
         free_blocks: home.state.free,
         repaired: false,
         refused: Vec::new(),
@@ -159,12 +163,17 @@ pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<C
                 .unwrap_or_else(|e| panic!("an orphan of the state unlinks from it: {e}"));
         }
         home.checkpoint_scope(dev, VolumeState::Clean, Scope::Everything)?;
-        report.files = home.state.files.len() as u64;
+        report.inodes = home.state.files.len() as u64;
+        report.regular_files = regular_files(&home);
         report.free_blocks = home.state.free;
         report.orphans = 0;
         report.repaired = true;
     }
     Ok(report)
+}
+
+fn regular_files(home: &crate::home::Home) -> u64 {
+    home.state.files.values().filter(|f| f.attr.as_ref().is_some_and(crate::attr::Attr::is_file)).count() as u64
 }
 
 #[cfg(test)]
