@@ -115,3 +115,28 @@ fn handles_move_between_threads() {
         assert_eq!(vol.file(&format!("/t{t}"), OpenOptions::new().read(true)).unwrap().len().unwrap(), 64 * 4096);
     }
 }
+
+/// The scenario the Python, C and Rust tests share: format a volume file,
+/// write 3 MiB, fsync, read back at an offset, extents, statistics.
+#[test]
+fn the_shared_scenario() {
+    let dir = mballoc_testkit::Scratch::new("file-scenario");
+    let path = dir.join("vol");
+    mballoc_vol::mkfs(&path, Some(256 << 20), &FormatOptions::default(), mballoc_vol::Overwrite::Refuse).unwrap();
+    let dev = mballoc_vol::FileDevice::open(&path, mballoc_vol::OpenMode::ReadWrite).unwrap();
+    let vol = Volume::open_with(Arc::new(dev), MountOptions::default(), |c| c.tunables.mb_stats = true).unwrap();
+    vol.mkdir_path("/data").unwrap();
+    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
+    let mut f = vol.file("/data/blob", &rw()).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    let mut back = [0u8; 4096];
+    f.seek(SeekFrom::Start(1 << 20)).unwrap();
+    f.read_exact(&mut back).unwrap();
+    assert_eq!(back[..], data[1 << 20..(1 << 20) + 4096]);
+    let blocks: u64 = f.extents().unwrap().iter().map(|e| u64::from(e.len)).sum();
+    assert_eq!(blocks * 4096, data.len() as u64);
+    assert!(vol.fs().allocator().stats().reqs >= 1);
+    drop(f);
+    vol.unmount().unwrap();
+}
