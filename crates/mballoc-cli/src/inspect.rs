@@ -89,7 +89,7 @@ pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Re
         writeln!(o, "Groups: {} of {} blocks", sb.groups, sb.blocks_per_group)?;
         // The same counts `mballoc check` gives: inodes of every kind, the
         // root included, and of them the regular files.
-        let files: Vec<_> = vol.files().into_iter().filter(|f| vol.attr(f.0).is_ok_and(|a| a.is_file())).collect();
+        let files: Vec<_> = vol.files().into_iter().filter(|f| vol.attr(*f).is_ok_and(|a| a.is_file())).collect();
         let extents: u64 = files.iter().map(|&f| filefrag_of(&vol, f)).sum::<Result<u64>>()?;
         let inodes = vol.usage().inodes - vol.usage().free_inodes;
         writeln!(o, "Inodes: {inodes} ({} regular files, {extents} extents as filefrag counts)", files.len())?;
@@ -116,7 +116,7 @@ pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Re
                 if e.is_dir {
                     stack.push((e.ino, path));
                 } else {
-                    let n = filefrag_of(&vol, mballoc_fs::FileId(e.ino))?;
+                    let n = filefrag_of(&vol, e.ino)?;
                     writeln!(o, "{path}: {n} extent{} found", if n == 1 { "" } else { "s" })?;
                 }
             }

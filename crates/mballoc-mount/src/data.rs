@@ -41,7 +41,7 @@ impl VolumeFs {
 
     /// Open `ino`; the file handle's bits say how it was opened.
     pub(crate) fn open_file(&self, req: &Request, ino: u64, flags: i32) -> Result<u64, VolError> {
-        let a = self.vol.attr(ino)?;
+        let a = self.vol.attr(FileId(ino))?;
         match a.mode & S_IFMT {
             S_IFDIR => return Err(VolError::IsADirectory(ino)),
             S_IFREG => {}
@@ -60,7 +60,7 @@ impl VolumeFs {
                 let _ = self.vol.close(f);
                 return Err(e);
             }
-            self.vol.drop_privileges(ino, Self::set_id(req, false))?;
+            self.vol.drop_privileges(FileId(ino), Self::set_id(req, false))?;
         }
         Ok(if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 })
     }
@@ -73,7 +73,7 @@ impl VolumeFs {
         let n = if direct { self.vol.read_direct(f, offset, &mut buf)? } else { self.vol.read(f, offset, &mut buf)? };
         buf.truncate(n);
         if self.atime == Atime::Relatime {
-            self.vol.note_access(ino)?;
+            self.vol.note_access(FileId(ino))?;
         }
         Ok(buf)
     }
@@ -91,7 +91,7 @@ impl VolumeFs {
     ) -> Result<(), VolError> {
         let f = FileId(ino);
         let bs = u64::from(self.vol.superblock().block_size);
-        self.vol.drop_privileges(ino, Self::set_id(req, kill))?;
+        self.vol.drop_privileges(FileId(ino), Self::set_id(req, kill))?;
         let direct = fh & DIRECT != 0 && aligned(offset, data.len() as u64, bs);
         if direct {
             self.vol.write_direct(f, offset, data)?;
@@ -104,7 +104,7 @@ impl VolumeFs {
 
     /// `truncate(2)` or `ftruncate(2)`: with or without a handle open.
     pub(crate) fn truncate(&self, req: &Request, ino: u64, size: u64) -> Result<(), VolError> {
-        let a = self.vol.attr(ino)?;
+        let a = self.vol.attr(FileId(ino))?;
         if a.is_dir() {
             return Err(VolError::IsADirectory(ino));
         }
@@ -127,7 +127,7 @@ impl VolumeFs {
             closed?;
         }
         self.vol.touch(f);
-        self.vol.drop_privileges(ino, Self::set_id(req, false))?;
+        self.vol.drop_privileges(FileId(ino), Self::set_id(req, false))?;
         Ok(())
     }
 
@@ -166,7 +166,7 @@ impl VolumeFs {
         if len == 0 {
             return Err(VolError::Fs(mballoc_fs::FsError::ZeroLength));
         }
-        let flags = self.vol.flags(ino)?;
+        let flags = self.vol.flags(FileId(ino))?;
         if flags & FL_IMMUTABLE != 0 || (flags & FL_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0) {
             return Err(Self::refuse(ino, "immutable, or append-only"));
         }
@@ -195,7 +195,7 @@ impl VolumeFs {
             _ => return Err(VolError::InvalidArgument(format!("fallocate mode {mode:#x}"))),
         }
         self.vol.touch(f);
-        self.vol.drop_privileges(ino, Self::set_id(req, false))?;
+        self.vol.drop_privileges(FileId(ino), Self::set_id(req, false))?;
         Ok(())
     }
 }

@@ -80,12 +80,12 @@ impl VolumeFs {
     }
 
     fn listing(&self, dir: u64) -> Result<Vec<Entry>, VolError> {
-        let entries = self.vol.read_dir(dir)?;
-        let parent = self.vol.attr(dir)?.parent().unwrap_or(dir);
+        let entries = self.vol.read_dir(FileId(dir))?;
+        let parent = self.vol.attr(FileId(dir))?.parent().unwrap_or(dir);
         let mut out = Vec::with_capacity(entries.len() + 2);
         out.push(Entry { ino: dir, kind: FileType::Directory, name: b".".to_vec() });
         out.push(Entry { ino: parent, kind: FileType::Directory, name: b"..".to_vec() });
-        out.extend(entries.into_iter().map(|e| Entry { ino: e.ino, kind: kind(e.kind), name: e.name }));
+        out.extend(entries.into_iter().map(|e| Entry { ino: e.ino.0, kind: kind(e.kind), name: e.name }));
         Ok(out)
     }
 }
@@ -127,9 +127,9 @@ impl Filesystem for VolumeFs {
         let found = match name {
             // An exported handle is resolved by looking up "." in the
             // inode it names, and a directory's parent by "..".
-            b"." => self.vol.attr(parent.0).map(|_| parent.0),
-            b".." => self.vol.attr(parent.0).map(|a| a.parent().unwrap_or(parent.0)),
-            n => self.vol.lookup(parent.0, n),
+            b"." => self.vol.attr(FileId(parent.0)).map(|_| parent.0),
+            b".." => self.vol.attr(FileId(parent.0)).map(|a| a.parent().unwrap_or(parent.0)),
+            n => self.vol.lookup(FileId(parent.0), n).map(|f| f.0),
         };
         match found {
             Ok(ino) => self.entry(ino, reply),
@@ -172,7 +172,7 @@ impl Filesystem for VolumeFs {
             }
             let set = SetAttr { mode, uid, gid, atime: atime.map(ns_of), mtime: mtime.map(ns_of) };
             if set != SetAttr::default() {
-                self.vol.set_attr(ino.0, set)?;
+                self.vol.set_attr(FileId(ino.0), set)?;
             }
             file_attr(&self.vol, ino.0)
         })();
@@ -183,7 +183,7 @@ impl Filesystem for VolumeFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.vol.readlink(ino.0) {
+        match self.vol.readlink(FileId(ino.0)) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
@@ -195,9 +195,9 @@ impl Filesystem for VolumeFs {
             let owner = Self::owner(req, mode, umask);
             let made = if kind == mballoc_vol::S_IFREG || kind == 0 {
                 // A regular file made by mknod is closed at once.
-                self.vol.create_at(parent.0, n, owner).and_then(|f| self.vol.close(f).map(|()| f.0))
+                self.vol.create_at(FileId(parent.0), n, owner).and_then(|f| self.vol.close(f).map(|()| f.0))
             } else {
-                self.vol.mknod(parent.0, n, kind, rdev, owner)
+                self.vol.mknod(FileId(parent.0), n, kind, rdev, owner).map(|f| f.0)
             };
             made.map_err(|e| errno(&e))
         });
@@ -212,18 +212,18 @@ impl Filesystem for VolumeFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.vol.mkdir(parent.0, n, Self::owner(req, mode, umask)) {
-            Ok(ino) => self.entry(ino, reply),
+        match self.vol.mkdir(FileId(parent.0), n, Self::owner(req, mode, umask)) {
+            Ok(ino) => self.entry(ino.0, reply),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        done(reply, self.vol.unlink_at(parent.0, name.as_bytes()));
+        done(reply, self.vol.unlink_at(FileId(parent.0), name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        done(reply, self.vol.rmdir(parent.0, name.as_bytes()));
+        done(reply, self.vol.rmdir(FileId(parent.0), name.as_bytes()));
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
@@ -232,8 +232,8 @@ impl Filesystem for VolumeFs {
             Err(e) => return reply.error(e),
         };
         let owner = Owner { mode: 0o777, umask: 0, uid: req.uid(), gid: req.gid() };
-        match self.vol.symlink(parent.0, n, target.as_os_str().as_bytes(), owner) {
-            Ok(ino) => self.entry(ino, reply),
+        match self.vol.symlink(FileId(parent.0), n, target.as_os_str().as_bytes(), owner) {
+            Ok(ino) => self.entry(ino.0, reply),
             Err(VolError::InvalidName { .. }) => reply.error(Errno::from_i32(libc::ENAMETOOLONG)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -260,7 +260,7 @@ impl Filesystem for VolumeFs {
             Replace::Allowed
         };
         match Self::name(newname) {
-            Ok(n) => done(reply, self.vol.rename(parent.0, name.as_bytes(), newparent.0, n, how)),
+            Ok(n) => done(reply, self.vol.rename(FileId(parent.0), name.as_bytes(), FileId(newparent.0), n, how)),
             Err(e) => reply.error(e),
         }
     }
@@ -270,7 +270,7 @@ impl Filesystem for VolumeFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.vol.link(ino.0, newparent.0, n) {
+        match self.vol.link(FileId(ino.0), FileId(newparent.0), n) {
             Ok(()) => self.entry(ino.0, reply),
             Err(VolError::IsADirectory(_)) => reply.error(Errno::EPERM),
             Err(e) => reply.error(link_errno(&e)),
@@ -299,7 +299,7 @@ impl Filesystem for VolumeFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let made = self.vol.create_at(parent.0, n, Self::owner(req, mode, umask));
+        let made = self.vol.create_at(FileId(parent.0), n, Self::owner(req, mode, umask));
         match made.and_then(|f| file_attr(&self.vol, f.0)) {
             Ok((fa, a)) => {
                 let generation = Generation(u64::from(a.generation));
@@ -377,7 +377,7 @@ impl Filesystem for VolumeFs {
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         // A regular file's fsync writes its data and commits; anything
         // else has only names and attributes, which the commit carries.
-        let r = match self.vol.attr(ino.0) {
+        let r = match self.vol.attr(FileId(ino.0)) {
             Ok(a) if a.is_file() => self.vol.fsync(FileId(ino.0)),
             Ok(_) => self.vol.sync(),
             Err(e) => Err(e),
@@ -451,7 +451,7 @@ impl Filesystem for VolumeFs {
             libc::XATTR_REPLACE => XattrSet::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        match self.vol.set_xattr(ino.0, name.as_bytes(), value, how) {
+        match self.vol.set_xattr(FileId(ino.0), name.as_bytes(), value, how) {
             // A name in no namespace the volume keeps: ext4 answers EOPNOTSUPP.
             Err(VolError::InvalidName { .. }) => reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
             r => done(reply, r),
@@ -459,14 +459,14 @@ impl Filesystem for VolumeFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.vol.get_xattr(ino.0, name.as_bytes()) {
+        match self.vol.get_xattr(FileId(ino.0), name.as_bytes()) {
             Ok(v) => sized(reply, size, &v),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.vol.list_xattrs(ino.0) {
+        match self.vol.list_xattrs(FileId(ino.0)) {
             Ok(names) => {
                 let mut all = Vec::new();
                 for n in names {
@@ -480,7 +480,7 @@ impl Filesystem for VolumeFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        done(reply, self.vol.remove_xattr(ino.0, name.as_bytes()));
+        done(reply, self.vol.remove_xattr(FileId(ino.0), name.as_bytes()));
     }
 
     fn ioctl(
@@ -494,14 +494,14 @@ impl Filesystem for VolumeFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let set = |flags: u32, reply: ReplyIoctl| match self.vol.set_flags(ino.0, flags) {
+        let set = |flags: u32, reply: ReplyIoctl| match self.vol.set_flags(FileId(ino.0), flags) {
             Ok(()) => reply.ioctl(0, &[]),
             Err(VolError::InvalidArgument(_)) => reply.error(Errno::from_i32(libc::EOPNOTSUPP)),
             Err(e) => reply.error(errno(&e)),
         };
         let word = |b: &[u8]| u32::from_le_bytes(b[..4].try_into().expect("four bytes"));
         match cmd {
-            c if GETFLAGS.contains(&c) || c == FSGETXATTR => match self.vol.flags(ino.0) {
+            c if GETFLAGS.contains(&c) || c == FSGETXATTR => match self.vol.flags(FileId(ino.0)) {
                 Ok(f) => {
                     let value = if c == FSGETXATTR {
                         XFLAGS.iter().filter(|(fl, _)| f & fl != 0).map(|(_, x)| x).sum()

@@ -38,7 +38,7 @@ pub(crate) fn nanos(t: SystemTime) -> i64 {
 
 /// `ino`'s attributes as `stat` reports them.
 pub(crate) fn file_attr(vol: &Volume, ino: u64) -> Result<(FileAttr, Attr), VolError> {
-    let a = vol.attr(ino)?;
+    let a = vol.attr(FileId(ino))?;
     let bs = u64::from(vol.superblock().block_size);
     let (size, blocks) = match a.mode & S_IFMT {
         S_IFDIR => (bs, bs / 512),
@@ -59,7 +59,7 @@ pub(crate) fn file_attr(vol: &Volume, ino: u64) -> Result<(FileAttr, Attr), VolE
         crtime: time(a.ctime),
         kind: kind(a.mode),
         perm: (a.mode & 0o7777) as u16,
-        nlink: vol.nlink(ino)?,
+        nlink: vol.nlink(FileId(ino))?,
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,

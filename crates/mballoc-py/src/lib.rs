@@ -98,10 +98,10 @@ impl Volume {
         let ino = v.resolve(path).map_err(os_err)?;
         let a = v.attr(ino).map_err(os_err)?;
         let (size, blocks) = match a.is_file() {
-            true => (v.size(FileId(ino)).map_err(os_err)?, v.blocks_held(FileId(ino)).map_err(os_err)?),
+            true => (v.size(ino).map_err(os_err)?, v.blocks_held(ino).map_err(os_err)?),
             false => (0, 0),
         };
-        Ok((ino, a.mode, size, v.nlink(ino).map_err(os_err)?, blocks))
+        Ok((ino.0, a.mode, size, v.nlink(ino).map_err(os_err)?, blocks))
     }
 
     fn unlink(&self, path: &str) -> PyResult<()> {
@@ -115,7 +115,7 @@ impl Volume {
     fn extents(&self, path: &str) -> PyResult<Vec<(u64, u64, u32)>> {
         let v = self.get()?;
         let ino = v.resolve(path).map_err(os_err)?;
-        let e = v.extents(FileId(ino)).map_err(os_err)?;
+        let e = v.extents(ino).map_err(os_err)?;
         Ok(e.into_iter().map(|e| (e.logical, e.physical, e.len)).collect())
     }
 

@@ -116,12 +116,12 @@ fn split(path: &str) -> Result<(Vec<&[u8]>, &[u8])> {
 impl Volume {
     /// The inode a path names, from the root ("/a/b"; "/" is the root).
     /// Symbolic links are not followed.
-    pub fn resolve(&self, path: &str) -> Result<u64> {
+    pub fn resolve(&self, path: &str) -> Result<FileId> {
         path.split('/').filter(|p| !p.is_empty()).try_fold(self.root(), |dir, name| self.lookup(dir, name.as_bytes()))
     }
 
     /// Make the directory `path` (its parent must exist), mode 0o755.
-    pub fn mkdir_path(&self, path: &str) -> Result<u64> {
+    pub fn mkdir_path(&self, path: &str) -> Result<FileId> {
         let (dirs, name) = split(path)?;
         let parent = dirs.iter().try_fold(self.root(), |d, n| self.lookup(d, n))?;
         self.mkdir(parent, name, Owner { mode: 0o755, ..Owner::default() })
@@ -145,13 +145,13 @@ impl Volume {
         let parent = dirs.iter().try_fold(self.root(), |d, n| self.lookup(d, n))?;
         let id = match self.lookup(parent, name) {
             Ok(_) if opts.create_new => {
-                return Err(VolError::Exists { dir: parent, name: String::from_utf8_lossy(name).into_owned() });
+                return Err(VolError::Exists { dir: parent.0, name: String::from_utf8_lossy(name).into_owned() });
             }
             Ok(ino) => {
                 if self.attr(ino)?.is_dir() {
-                    return Err(VolError::IsADirectory(ino));
+                    return Err(VolError::IsADirectory(ino.0));
                 }
-                let f = FileId(ino);
+                let f = ino;
                 self.open_file(f)?;
                 f
             }

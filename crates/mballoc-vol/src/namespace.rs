@@ -28,7 +28,7 @@ pub struct DirEntry {
     /// Its name.
     pub name: Vec<u8>,
     /// Its inode.
-    pub ino: u64,
+    pub ino: FileId,
     /// Whether it is a directory.
     pub is_dir: bool,
     /// Its type bits (`S_IFREG`, `S_IFDIR`, `S_IFLNK`, ...).
@@ -94,18 +94,19 @@ pub(crate) struct NodeSpec {
 }
 
 impl Volume {
-    /// The root directory's inode number.
-    pub fn root(&self) -> u64 {
-        ROOT_INO
+    /// The root directory's inode.
+    pub fn root(&self) -> FileId {
+        FileId(ROOT_INO)
     }
 
     /// The inode `name` names in directory `dir`.
-    pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<u64> {
-        self.tree.read().lookup(dir, name)
+    pub fn lookup(&self, dir: FileId, name: &[u8]) -> Result<FileId> {
+        self.tree.read().lookup(dir.0, name).map(FileId)
     }
 
     /// An inode's attributes, with a change time a write left pending.
-    pub fn attr(&self, ino: u64) -> Result<Attr> {
+    pub fn attr(&self, ino: FileId) -> Result<Attr> {
+        let ino = ino.0;
         let mut a = self.tree.read().attr(ino)?.clone();
         if let Some(m) = self.files.lock().get(&ino).and_then(|c| c.lock().mtime) {
             a.mtime = m;
@@ -116,35 +117,37 @@ impl Volume {
 
     /// `st_nlink`: for a directory two plus its subdirectories, for
     /// anything else its names.
-    pub fn nlink(&self, ino: u64) -> Result<u32> {
-        self.tree.read().nlink(ino)
+    pub fn nlink(&self, ino: FileId) -> Result<u32> {
+        self.tree.read().nlink(ino.0)
     }
 
     /// A directory's entries, by name.
-    pub fn read_dir(&self, dir: u64) -> Result<Vec<DirEntry>> {
+    pub fn read_dir(&self, dir: FileId) -> Result<Vec<DirEntry>> {
         let t = self.tree.read();
-        let entries = t.dir(dir)?;
+        let entries = t.dir(dir.0)?;
         Ok(entries
             .iter()
             .map(|(n, &ino)| {
                 let kind = t.attrs[&ino].kind();
-                DirEntry { name: n.clone(), ino, is_dir: kind == S_IFDIR, kind }
+                DirEntry { name: n.clone(), ino: FileId(ino), is_dir: kind == S_IFDIR, kind }
             })
             .collect())
     }
 
     /// Create an empty regular file `name` in `dir`, open once.
-    pub fn create_at(&self, dir: u64, name: &[u8], owner: Owner) -> Result<FileId> {
+    pub fn create_at(&self, dir: FileId, name: &[u8], owner: Owner) -> Result<FileId> {
+        let dir = dir.0;
         let spec = NodeSpec { mode: S_IFREG | (owner.mode & !S_IFMT), ..NodeSpec::default() };
         self.make(dir, Some(name), spec, owner)
     }
 
     /// Make directory `name` in `dir`.
-    pub fn mkdir(&self, dir: u64, name: &[u8], owner: Owner) -> Result<u64> {
+    pub fn mkdir(&self, dir: FileId, name: &[u8], owner: Owner) -> Result<FileId> {
+        let dir = dir.0;
         let spec = NodeSpec { mode: S_IFDIR | (owner.mode & !S_IFMT), ..NodeSpec::default() };
         let f = self.make(dir, Some(name), spec, owner)?;
         self.fs.close(f)?;
-        Ok(f.0)
+        Ok(f)
     }
 
     /// A new inode named `name` in `dir`, or, without a name, in the root
@@ -216,12 +219,14 @@ impl Volume {
 
     /// Remove the name `name` from `dir` (not a directory). The inode goes
     /// with its last name, or, if open, at its last close.
-    pub fn unlink_at(&self, dir: u64, name: &[u8]) -> Result<()> {
+    pub fn unlink_at(&self, dir: FileId, name: &[u8]) -> Result<()> {
+        let dir = dir.0;
         self.remove_at(dir, name, Kind::File)
     }
 
     /// Remove the empty directory `name` from `dir`.
-    pub fn rmdir(&self, dir: u64, name: &[u8]) -> Result<()> {
+    pub fn rmdir(&self, dir: FileId, name: &[u8]) -> Result<()> {
+        let dir = dir.0;
         self.remove_at(dir, name, Kind::Directory)
     }
 
@@ -303,7 +308,8 @@ impl Volume {
     /// [`Replace::Never`] an existing target is an error; with
     /// [`Replace::Exchange`] both names must exist and swap inodes, in one
     /// journal transaction.
-    pub fn rename(&self, dir: u64, name: &[u8], new_dir: u64, new_name: &[u8], replace: Replace) -> Result<()> {
+    pub fn rename(&self, dir: FileId, name: &[u8], new_dir: FileId, new_name: &[u8], replace: Replace) -> Result<()> {
+        let (dir, new_dir) = (dir.0, new_dir.0);
         self.writable()?;
         check_name(new_name)?;
         let mut t = self.tree.write();
@@ -387,7 +393,8 @@ impl Volume {
     }
 
     /// Change attributes; the inode's change time becomes now.
-    pub fn set_attr(&self, ino: u64, set: SetAttr) -> Result<Attr> {
+    pub fn set_attr(&self, ino: FileId, set: SetAttr) -> Result<Attr> {
+        let ino = ino.0;
         self.writable()?;
         let pending = self.take_mtime(ino);
         let mut t = self.tree.write();
@@ -419,7 +426,8 @@ impl Volume {
     /// `relatime` does (when it is not after the last modification or
     /// change, or is a day old), unless the inode is flagged noatime.
     /// Returns whether it changed.
-    pub fn note_access(&self, ino: u64) -> Result<bool> {
+    pub fn note_access(&self, ino: FileId) -> Result<bool> {
+        let ino = ino.0;
         const DAY: i64 = 24 * 3600 * 1_000_000_000;
         let at = now();
         let stale = |a: &Attr| {
@@ -443,7 +451,8 @@ impl Volume {
     /// without `CAP_FSETID`) the set-user-ID bit and the set-group-ID bit
     /// of a group-executable file, as the kernel does for ext4. Returns
     /// whether anything changed.
-    pub fn drop_privileges(&self, ino: u64, set_id: SetId) -> Result<bool> {
+    pub fn drop_privileges(&self, ino: FileId, set_id: SetId) -> Result<bool> {
+        let ino = ino.0;
         const CAPS: &[u8] = b"security.capability";
         let kill = |a: &Attr| {
             let bits = set_id == SetId::Clear && (a.mode & 0o4000 != 0 || a.mode & 0o2010 == 0o2010);

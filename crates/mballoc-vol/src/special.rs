@@ -15,6 +15,7 @@ use crate::format::SYMLINK_MAX;
 use crate::names::{check_name, now, S_IFDIR, S_IFMT, S_IFREG};
 use crate::namespace::{guard_dir, guard_inode, touch_dir, Change, NodeSpec, Owner};
 use crate::volume::Volume;
+use mballoc_fs::FileId;
 
 /// How `set_xattr` treats an attribute that exists, or does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -31,7 +32,8 @@ pub enum XattrSet {
 impl Volume {
     /// Give inode `ino` the name `name` in `dir` (`link(2)`). Directories
     /// take no second name.
-    pub fn link(&self, ino: u64, dir: u64, name: &[u8]) -> Result<()> {
+    pub fn link(&self, ino: FileId, dir: FileId, name: &[u8]) -> Result<()> {
+        let (ino, dir) = (ino.0, dir.0);
         self.writable()?;
         check_name(name)?;
         let mut t = self.tree.write();
@@ -63,7 +65,8 @@ impl Volume {
     }
 
     /// Make a symbolic link `name` in `dir` pointing at `target`.
-    pub fn symlink(&self, dir: u64, name: &[u8], target: &[u8], owner: Owner) -> Result<u64> {
+    pub fn symlink(&self, dir: FileId, name: &[u8], target: &[u8], owner: Owner) -> Result<FileId> {
+        let dir = dir.0;
         if target.is_empty() || target.len() > SYMLINK_MAX || target.contains(&0) {
             return Err(VolError::InvalidName {
                 name: String::from_utf8_lossy(target).into_owned(),
@@ -73,11 +76,12 @@ impl Volume {
         let spec = NodeSpec { mode: S_IFLNK | 0o777, target: target.to_vec(), ..NodeSpec::default() };
         let f = self.make(dir, Some(name), spec, owner)?;
         self.fs.close(f)?;
-        Ok(f.0)
+        Ok(f)
     }
 
     /// A symbolic link's target.
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+    pub fn readlink(&self, ino: FileId) -> Result<Vec<u8>> {
+        let ino = ino.0;
         let t = self.tree.read();
         let a = t.attr(ino)?;
         if a.kind() != S_IFLNK {
@@ -89,7 +93,8 @@ impl Volume {
     /// Make `name` in `dir` of type `kind` (`S_IFREG`, `S_IFIFO`,
     /// `S_IFSOCK`, `S_IFCHR` or `S_IFBLK`; 0 is a regular file), a device
     /// numbered `rdev` (`mknod(2)`); permissions are the owner's.
-    pub fn mknod(&self, dir: u64, name: &[u8], kind: u32, rdev: u32, owner: Owner) -> Result<u64> {
+    pub fn mknod(&self, dir: FileId, name: &[u8], kind: u32, rdev: u32, owner: Owner) -> Result<FileId> {
+        let dir = dir.0;
         let kind = if kind & S_IFMT == 0 { S_IFREG } else { kind & S_IFMT };
         let special = [0o010_000, 0o140_000, 0o020_000, 0o060_000];
         if kind != S_IFREG && !special.contains(&kind) {
@@ -103,24 +108,27 @@ impl Volume {
         };
         let f = self.make(dir, Some(name), spec, owner)?;
         self.fs.close(f)?;
-        Ok(f.0)
+        Ok(f)
     }
 
     /// An extended attribute's value.
-    pub fn get_xattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+    pub fn get_xattr(&self, ino: FileId, name: &[u8]) -> Result<Vec<u8>> {
+        let ino = ino.0;
         let t = self.tree.read();
         t.attr(ino)?.xattrs.get(name).cloned().ok_or_else(|| no_attr(ino, name))
     }
 
     /// The names of an inode's extended attributes.
-    pub fn list_xattrs(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+    pub fn list_xattrs(&self, ino: FileId) -> Result<Vec<Vec<u8>>> {
+        let ino = ino.0;
         Ok(self.tree.read().attr(ino)?.xattrs.keys().cloned().collect())
     }
 
     /// Set an extended attribute. The inode's attributes together may take
     /// [`crate::format::MAX_ATTR_BYTES`] (`NoRoom` past that, as ext4
     /// gives `ENOSPC` when an inode's attribute space is full).
-    pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+    pub fn set_xattr(&self, ino: FileId, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+        let ino = ino.0;
         self.writable()?;
         check_xattr_name(name)?;
         let mut t = self.tree.write();
@@ -167,7 +175,8 @@ impl Volume {
     }
 
     /// Remove an extended attribute.
-    pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+    pub fn remove_xattr(&self, ino: FileId, name: &[u8]) -> Result<()> {
+        let ino = ino.0;
         self.writable()?;
         let mut t = self.tree.write();
         let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
@@ -183,13 +192,15 @@ impl Volume {
     }
 
     /// The inode's chattr flags (`FS_IOC_GETFLAGS`).
-    pub fn flags(&self, ino: u64) -> Result<u32> {
+    pub fn flags(&self, ino: FileId) -> Result<u32> {
+        let ino = ino.0;
         Ok(self.tree.read().attr(ino)?.flags)
     }
 
     /// Set chattr flags (`FS_IOC_SETFLAGS`): immutable, append-only,
     /// nodump and noatime; any other bit is refused.
-    pub fn set_flags(&self, ino: u64, flags: u32) -> Result<()> {
+    pub fn set_flags(&self, ino: FileId, flags: u32) -> Result<()> {
+        let ino = ino.0;
         self.writable()?;
         if flags & !FL_KNOWN != 0 {
             return Err(VolError::InvalidArgument(format!("flags {:#x} beyond {FL_KNOWN:#x}", flags & !FL_KNOWN)));

@@ -198,9 +198,9 @@ mod tests {
         assert_eq!(done.inodes, 3);
         assert!(upgrade(&*dev).is_err(), "already version 3");
         let vol = Volume::open(dev.clone(), MountOptions::default()).unwrap();
-        let d = vol.lookup(ROOT_INO, b"dir").unwrap();
-        assert_eq!(vol.lookup(d, &long).unwrap(), 13);
-        let a = vol.attr(13).unwrap();
+        let d = vol.lookup(vol.root(), b"dir").unwrap();
+        assert_eq!(vol.lookup(d, &long).unwrap(), FileId(13));
+        let a = vol.attr(FileId(13)).unwrap();
         assert_eq!((a.uid, a.mtime, a.mode), (1000, 77, 0o100_644));
         assert_eq!(vol.size(FileId(13)).unwrap(), 0);
         vol.unmount().unwrap();

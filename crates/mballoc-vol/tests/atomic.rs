@@ -39,7 +39,7 @@ fn image() -> Vec<u8> {
     Volume::format(dev.clone(), &opts).unwrap();
     let vol = Volume::open(dev.clone(), mount_opts(Cache::Roomy)).unwrap();
     let root = vol.root();
-    let fill = |name: &[u8], dir: u64, len: usize, seed: u8| {
+    let fill = |name: &[u8], dir: FileId, len: usize, seed: u8| {
         let f = vol.create_at(dir, name, Owner::default()).unwrap();
         let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
         vol.write(f, 0, &data).unwrap();
@@ -51,7 +51,7 @@ fn image() -> Vec<u8> {
     let d = vol.mkdir(root, b"d", Owner::default()).unwrap();
     fill(b"c", d, 5_000, 3);
     vol.symlink(root, b"s", b"a", Owner::default()).unwrap();
-    vol.set_xattr(a.0, b"user.k", b"v", XattrSet::Any).unwrap();
+    vol.set_xattr(a, b"user.k", b"v", XattrSet::Any).unwrap();
     vol.unmount().unwrap();
     dev.to_bytes()
 }
@@ -75,7 +75,7 @@ fn snapshot(vol: &Volume) -> Snapshot {
                 p.push(b'/');
                 dirs.push((p.clone(), e.ino));
             } else if a.mode & mballoc_vol::S_IFMT == mballoc_vol::S_IFREG {
-                let f = FileId(e.ino);
+                let f = e.ino;
                 let mut data = vec![0u8; vol.size(f).unwrap() as usize];
                 vol.read(f, 0, &mut data).unwrap();
                 let ext = vol.extents(f).unwrap();
@@ -94,15 +94,15 @@ fn snapshot(vol: &Volume) -> Snapshot {
 fn mount(dev: Arc<FaultyDevice<MemDevice>>, cache: Cache) -> Volume {
     let vol = Volume::open(dev, mount_opts(cache)).unwrap();
     for path in [&[&b"a"[..]][..], &[b"b"], &[b"d", b"c"]] {
-        vol.open_file(FileId(ino(&vol, path))).unwrap();
+        vol.open_file(ino(&vol, path)).unwrap();
     }
     if cache == Cache::Tight {
-        vol.write(FileId(ino(&vol, &[b"d", b"c"])), 100, &[0xCC; 3000]).unwrap();
+        vol.write(ino(&vol, &[b"d", b"c"]), 100, &[0xCC; 3000]).unwrap();
     }
     vol
 }
 
-fn ino(vol: &Volume, path: &[&[u8]]) -> u64 {
+fn ino(vol: &Volume, path: &[&[u8]]) -> FileId {
     path.iter().fold(vol.root(), |dir, name| vol.lookup(dir, name).unwrap())
 }
 
@@ -110,17 +110,17 @@ type Call = fn(&Volume) -> mballoc_vol::Result<()>;
 
 fn calls() -> Vec<(&'static str, Call)> {
     vec![
-        ("write into a partial block", |v| v.write(FileId(ino(v, &[b"a"])), 1500, &[9; 700])),
-        ("write past the end", |v| v.write(FileId(ino(v, &[b"b"])), 2900, &[9; 9000])),
-        ("truncate to a partial block", |v| v.truncate(FileId(ino(v, &[b"a"])), 4500)),
-        ("truncate up", |v| v.truncate(FileId(ino(v, &[b"b"])), 2_000_000)),
-        ("punch with partial edges", |v| v.punch_hole(FileId(ino(v, &[b"a"])), 700, 5000)),
-        ("punch past the end", |v| v.punch_hole(FileId(ino(v, &[b"b"])), 1700, 90_000)),
-        ("punch past the end, another folio", |v| v.punch_hole(FileId(ino(v, &[b"a"])), 1700, 90_000)),
-        ("fallocate inside", |v| v.fallocate(FileId(ino(v, &[b"a"])), 0, 200_000, FallocateMode::KeepSize)),
-        ("fallocate extending", |v| v.fallocate(FileId(ino(v, &[b"b"])), 5000, 20_000, FallocateMode::ExtendSize)),
-        ("collapse range", |v| v.collapse_range(FileId(ino(v, &[b"a"])), 2048, 4096)),
-        ("insert range", |v| v.insert_range(FileId(ino(v, &[b"a"])), 2048, 4096)),
+        ("write into a partial block", |v| v.write(ino(v, &[b"a"]), 1500, &[9; 700])),
+        ("write past the end", |v| v.write(ino(v, &[b"b"]), 2900, &[9; 9000])),
+        ("truncate to a partial block", |v| v.truncate(ino(v, &[b"a"]), 4500)),
+        ("truncate up", |v| v.truncate(ino(v, &[b"b"]), 2_000_000)),
+        ("punch with partial edges", |v| v.punch_hole(ino(v, &[b"a"]), 700, 5000)),
+        ("punch past the end", |v| v.punch_hole(ino(v, &[b"b"]), 1700, 90_000)),
+        ("punch past the end, another folio", |v| v.punch_hole(ino(v, &[b"a"]), 1700, 90_000)),
+        ("fallocate inside", |v| v.fallocate(ino(v, &[b"a"]), 0, 200_000, FallocateMode::KeepSize)),
+        ("fallocate extending", |v| v.fallocate(ino(v, &[b"b"]), 5000, 20_000, FallocateMode::ExtendSize)),
+        ("collapse range", |v| v.collapse_range(ino(v, &[b"a"]), 2048, 4096)),
+        ("insert range", |v| v.insert_range(ino(v, &[b"a"]), 2048, 4096)),
         ("rename over a file", |v| v.rename(v.root(), b"b", ino(v, &[b"d"]), b"c", Replace::Allowed)),
         ("rename exchange", |v| v.rename(v.root(), b"a", ino(v, &[b"d"]), b"c", Replace::Exchange)),
         ("unlink", |v| v.unlink_at(v.root(), b"a")),

@@ -87,12 +87,12 @@ fn snapshot(vol: &Volume) -> Snapshot {
                 dirs.push((p.clone(), e.ino));
                 None
             } else {
-                let f = FileId(e.ino);
+                let f = e.ino;
                 let mut b = vec![0u8; vol.size(f).unwrap() as usize];
                 vol.read(f, 0, &mut b).unwrap();
                 Some(b)
             };
-            out.insert(p, (e.ino, data));
+            out.insert(p, (e.ino.0, data));
         }
     }
     out
@@ -118,7 +118,7 @@ fn base() -> Vec<u8> {
     dev.to_bytes()
 }
 
-fn path_ino(vol: &Volume, path: &[&[u8]]) -> Option<u64> {
+fn path_ino(vol: &Volume, path: &[&[u8]]) -> Option<FileId> {
     path.iter().try_fold(vol.root(), |dir, name| vol.lookup(dir, name).ok())
 }
 
@@ -127,7 +127,7 @@ fn path_ino(vol: &Volume, path: &[&[u8]]) -> Option<u64> {
 fn apply(vol: &Volume, op: Op, k: usize, open: &mut Vec<FileId>) -> bool {
     let root = vol.root();
     let file = |path: &[&[u8]], open: &mut Vec<FileId>| {
-        let f = FileId(path_ino(vol, path)?);
+        let f = path_ino(vol, path)?;
         if !open.contains(&f) {
             vol.open_file(f).ok()?;
             open.push(f);

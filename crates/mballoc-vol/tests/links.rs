@@ -38,8 +38,7 @@ fn crash(vol: Volume, dev: &Arc<MemDevice>) -> (Volume, Arc<MemDevice>) {
     (v, dev2)
 }
 
-fn read_all(vol: &Volume, ino: u64) -> Vec<u8> {
-    let f = FileId(ino);
+fn read_all(vol: &Volume, f: FileId) -> Vec<u8> {
     let mut b = vec![0u8; vol.size(f).unwrap() as usize];
     vol.read(f, 0, &mut b).unwrap();
     b
@@ -49,36 +48,36 @@ fn read_all(vol: &Volume, ino: u64) -> Vec<u8> {
 fn hard_links_share_one_inode_and_survive() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(ROOT_INO, b"d", Owner::default()).unwrap();
-    let f = vol.create_at(ROOT_INO, b"a", Owner::default()).unwrap();
+    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
+    let f = vol.create_at(FileId(ROOT_INO), b"a", Owner::default()).unwrap();
     vol.write(f, 0, b"shared").unwrap();
     vol.close(f).unwrap();
-    vol.link(f.0, d, b"b").unwrap();
-    vol.link(f.0, ROOT_INO, &[b'L'; 255]).unwrap();
-    assert_eq!(vol.nlink(f.0).unwrap(), 3);
-    assert_eq!(vol.lookup(d, b"b").unwrap(), f.0);
-    assert!(matches!(vol.link(d, ROOT_INO, b"dd"), Err(VolError::IsADirectory(_))));
-    assert!(matches!(vol.link(f.0, d, b"b"), Err(VolError::Exists { .. })));
-    assert_eq!((vol.nlink(ROOT_INO).unwrap(), vol.nlink(d).unwrap()), (3, 2));
+    vol.link(f, d, b"b").unwrap();
+    vol.link(f, FileId(ROOT_INO), &[b'L'; 255]).unwrap();
+    assert_eq!(vol.nlink(f).unwrap(), 3);
+    assert_eq!(vol.lookup(d, b"b").unwrap(), f);
+    assert!(matches!(vol.link(d, FileId(ROOT_INO), b"dd"), Err(VolError::IsADirectory(_))));
+    assert!(matches!(vol.link(f, d, b"b"), Err(VolError::Exists { .. })));
+    assert_eq!((vol.nlink(FileId(ROOT_INO)).unwrap(), vol.nlink(d).unwrap()), (3, 2));
     vol.sync().unwrap();
     let (vol, dev) = crash(vol, &dev);
-    assert_eq!(vol.nlink(f.0).unwrap(), 3);
+    assert_eq!(vol.nlink(f).unwrap(), 3);
     assert_eq!(read_all(&vol, vol.lookup(d, b"b").unwrap()), b"shared");
     // Removing names one by one: the data stays until the last.
-    vol.unlink_at(ROOT_INO, b"a").unwrap();
-    vol.unlink_at(ROOT_INO, &[b'L'; 255]).unwrap();
-    assert_eq!(vol.nlink(f.0).unwrap(), 1);
-    assert_eq!(read_all(&vol, f.0), b"shared");
+    vol.unlink_at(FileId(ROOT_INO), b"a").unwrap();
+    vol.unlink_at(FileId(ROOT_INO), &[b'L'; 255]).unwrap();
+    assert_eq!(vol.nlink(f).unwrap(), 1);
+    assert_eq!(read_all(&vol, f), b"shared");
     // A rename between two names of one inode changes nothing.
-    vol.link(f.0, d, b"c").unwrap();
+    vol.link(f, d, b"c").unwrap();
     vol.rename(d, b"b", d, b"c", Replace::Allowed).unwrap();
-    assert_eq!(vol.nlink(f.0).unwrap(), 2);
+    assert_eq!(vol.nlink(f).unwrap(), 2);
     vol.unmount().unwrap();
     let vol = mount(&dev);
-    assert_eq!(vol.nlink(f.0).unwrap(), 2);
+    assert_eq!(vol.nlink(f).unwrap(), 2);
     vol.unlink_at(d, b"b").unwrap();
     vol.unlink_at(d, b"c").unwrap();
-    assert!(vol.attr(f.0).is_err(), "gone with its last name");
+    assert!(vol.attr(f).is_err(), "gone with its last name");
     vol.unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
 }
@@ -87,25 +86,26 @@ fn hard_links_share_one_inode_and_survive() {
 fn symlinks_devices_and_long_attributes_overflow_and_survive() {
     let dev = fresh();
     let vol = mount(&dev);
-    let short = vol.symlink(ROOT_INO, b"s", b"../target", Owner::default()).unwrap();
+    let short = vol.symlink(FileId(ROOT_INO), b"s", b"../target", Owner::default()).unwrap();
     let target: Vec<u8> = (0..4095).map(|i| b'a' + (i % 26) as u8).collect();
-    let long = vol.symlink(ROOT_INO, b"long", &target, Owner::default()).unwrap();
-    assert!(vol.symlink(ROOT_INO, b"x", &[b'a'; 4096], Owner::default()).is_err());
-    assert!(matches!(vol.readlink(ROOT_INO), Err(VolError::NotASymlink(_))));
-    let null = vol.mknod(ROOT_INO, b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, umask: 0, uid: 0, gid: 0 }).unwrap();
-    let fifo = vol.mknod(ROOT_INO, b"fifo", S_IFIFO, 77, Owner::default()).unwrap();
-    let f = vol.create_at(ROOT_INO, b"f", Owner::default()).unwrap();
+    let long = vol.symlink(FileId(ROOT_INO), b"long", &target, Owner::default()).unwrap();
+    assert!(vol.symlink(FileId(ROOT_INO), b"x", &[b'a'; 4096], Owner::default()).is_err());
+    assert!(matches!(vol.readlink(FileId(ROOT_INO)), Err(VolError::NotASymlink(_))));
+    let null =
+        vol.mknod(FileId(ROOT_INO), b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, umask: 0, uid: 0, gid: 0 }).unwrap();
+    let fifo = vol.mknod(FileId(ROOT_INO), b"fifo", S_IFIFO, 77, Owner::default()).unwrap();
+    let f = vol.create_at(FileId(ROOT_INO), b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
     let big = vec![9u8; 3000];
-    vol.set_xattr(f.0, b"user.big", &big, XattrSet::Any).unwrap();
-    vol.set_xattr(f.0, b"security.selinux", b"ctx", XattrSet::Create).unwrap();
-    assert!(matches!(vol.set_xattr(f.0, b"user.big", b"", XattrSet::Create), Err(VolError::Exists { .. })));
-    assert!(matches!(vol.set_xattr(f.0, b"user.none", b"", XattrSet::Replace), Err(VolError::NoAttribute { .. })));
+    vol.set_xattr(f, b"user.big", &big, XattrSet::Any).unwrap();
+    vol.set_xattr(f, b"security.selinux", b"ctx", XattrSet::Create).unwrap();
+    assert!(matches!(vol.set_xattr(f, b"user.big", b"", XattrSet::Create), Err(VolError::Exists { .. })));
+    assert!(matches!(vol.set_xattr(f, b"user.none", b"", XattrSet::Replace), Err(VolError::NoAttribute { .. })));
     assert!(matches!(
-        vol.set_xattr(f.0, b"user.huge", &vec![0; MAX_ATTR_BYTES], XattrSet::Any),
+        vol.set_xattr(f, b"user.huge", &vec![0; MAX_ATTR_BYTES], XattrSet::Any),
         Err(VolError::NoRoom { .. })
     ));
-    assert!(vol.set_xattr(f.0, b"bogus.x", b"", XattrSet::Any).is_err());
+    assert!(vol.set_xattr(f, b"bogus.x", b"", XattrSet::Any).is_err());
     let check_all = |vol: &Volume| {
         assert_eq!(vol.readlink(short).unwrap(), b"../target");
         assert_eq!(vol.readlink(long).unwrap(), target);
@@ -113,8 +113,8 @@ fn symlinks_devices_and_long_attributes_overflow_and_survive() {
         let n = vol.attr(null).unwrap();
         assert_eq!((n.mode, n.rdev), (S_IFCHR | 0o666, 0x0103));
         assert_eq!(vol.attr(fifo).unwrap().rdev, 0, "only devices keep a number");
-        assert_eq!(vol.get_xattr(f.0, b"user.big").unwrap(), big);
-        assert_eq!(vol.list_xattrs(f.0).unwrap(), vec![b"security.selinux".to_vec(), b"user.big".to_vec()]);
+        assert_eq!(vol.get_xattr(f, b"user.big").unwrap(), big);
+        assert_eq!(vol.list_xattrs(f).unwrap(), vec![b"security.selinux".to_vec(), b"user.big".to_vec()]);
     };
     check_all(&vol);
     vol.sync().unwrap();
@@ -125,9 +125,9 @@ fn symlinks_devices_and_long_attributes_overflow_and_survive() {
     let vol = mount(&dev);
     check_all(&vol);
     // Shrinking back into the record frees its overflow blocks.
-    vol.remove_xattr(f.0, b"user.big").unwrap();
-    assert!(matches!(vol.get_xattr(f.0, b"user.big"), Err(VolError::NoAttribute { .. })));
-    vol.unlink_at(ROOT_INO, b"long").unwrap();
+    vol.remove_xattr(f, b"user.big").unwrap();
+    assert!(matches!(vol.get_xattr(f, b"user.big"), Err(VolError::NoAttribute { .. })));
+    vol.unlink_at(FileId(ROOT_INO), b"long").unwrap();
     vol.unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
 }
@@ -137,14 +137,14 @@ fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
     let dev = fresh();
     let vol = mount(&dev);
     let before = vol.usage().free_blocks;
-    let f = vol.create_at(ROOT_INO, b"tmp", Owner::default()).unwrap();
+    let f = vol.create_at(FileId(ROOT_INO), b"tmp", Owner::default()).unwrap();
     vol.write(f, 0, &[5; 20_000]).unwrap();
     vol.fsync(f).unwrap();
-    vol.unlink_at(ROOT_INO, b"tmp").unwrap();
-    assert!(vol.read_dir(ROOT_INO).unwrap().is_empty());
+    vol.unlink_at(FileId(ROOT_INO), b"tmp").unwrap();
+    assert!(vol.read_dir(FileId(ROOT_INO)).unwrap().is_empty());
     // Still readable and writable through its handle.
     vol.write(f, 20_000, b"more").unwrap();
-    assert_eq!(read_all(&vol, f.0).len(), 20_004);
+    assert_eq!(read_all(&vol, f).len(), 20_004);
     vol.sync().unwrap();
     // A crash now: check counts the orphan (no problem), repair removes it.
     let image = Arc::new(MemDevice::from_bytes(dev.to_bytes()));
@@ -157,20 +157,20 @@ fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
     assert_eq!(mount(&image).usage().free_blocks, before);
     // The next mount removes it and frees its blocks.
     let (vol2, _) = crash(vol, &dev);
-    assert!(vol2.attr(f.0).is_err());
+    assert!(vol2.attr(f).is_err());
     assert_eq!(vol2.usage().free_blocks, before);
     drop(vol2);
     // Without a crash, the last close removes it.
     let dev = fresh();
     let vol = mount(&dev);
-    let f = vol.create_at(ROOT_INO, b"tmp", Owner::default()).unwrap();
+    let f = vol.create_at(FileId(ROOT_INO), b"tmp", Owner::default()).unwrap();
     vol.write(f, 0, &[5; 20_000]).unwrap();
     vol.open_file(f).unwrap();
-    vol.unlink_at(ROOT_INO, b"tmp").unwrap();
+    vol.unlink_at(FileId(ROOT_INO), b"tmp").unwrap();
     vol.close(f).unwrap();
-    assert_eq!(read_all(&vol, f.0).len(), 20_000, "one handle still open");
+    assert_eq!(read_all(&vol, f).len(), 20_000, "one handle still open");
     vol.close(f).unwrap();
-    assert!(vol.attr(f.0).is_err());
+    assert!(vol.attr(f).is_err());
     vol.unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
 }
@@ -179,35 +179,38 @@ fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
 fn exchange_swaps_two_names_in_one_transaction() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(ROOT_INO, b"d", Owner::default()).unwrap();
+    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
     let sub = vol.mkdir(d, b"sub", Owner::default()).unwrap();
-    let f = vol.create_at(ROOT_INO, b"f", Owner::default()).unwrap();
+    let f = vol.create_at(FileId(ROOT_INO), b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
-    vol.rename(ROOT_INO, b"f", ROOT_INO, b"d", Replace::Exchange).unwrap();
-    assert_eq!((vol.lookup(ROOT_INO, b"d").unwrap(), vol.lookup(ROOT_INO, b"f").unwrap()), (f.0, d));
-    assert!(matches!(vol.rename(ROOT_INO, b"f", ROOT_INO, b"none", Replace::Exchange), Err(VolError::NoEntry { .. })));
+    vol.rename(FileId(ROOT_INO), b"f", FileId(ROOT_INO), b"d", Replace::Exchange).unwrap();
+    assert_eq!((vol.lookup(FileId(ROOT_INO), b"d").unwrap(), vol.lookup(FileId(ROOT_INO), b"f").unwrap()), (f, d));
+    assert!(matches!(
+        vol.rename(FileId(ROOT_INO), b"f", FileId(ROOT_INO), b"none", Replace::Exchange),
+        Err(VolError::NoEntry { .. })
+    ));
     // A directory cannot be swapped into its own subtree.
-    assert!(matches!(vol.rename(ROOT_INO, b"f", d, b"sub", Replace::Exchange), Err(VolError::Loop(_))));
+    assert!(matches!(vol.rename(FileId(ROOT_INO), b"f", d, b"sub", Replace::Exchange), Err(VolError::Loop(_))));
     let _ = sub;
     vol.sync().unwrap();
     let (vol, _) = crash(vol, &dev);
-    assert_eq!((vol.lookup(ROOT_INO, b"d").unwrap(), vol.lookup(ROOT_INO, b"f").unwrap()), (f.0, d));
+    assert_eq!((vol.lookup(FileId(ROOT_INO), b"d").unwrap(), vol.lookup(FileId(ROOT_INO), b"f").unwrap()), (f, d));
 }
 
 #[test]
 fn flags_forbid_what_ext4_forbids() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(ROOT_INO, b"d", Owner::default()).unwrap();
+    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
     let f = vol.create_at(d, b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
-    vol.set_flags(f.0, FL_IMMUTABLE).unwrap();
+    vol.set_flags(f, FL_IMMUTABLE).unwrap();
     assert!(matches!(vol.unlink_at(d, b"f"), Err(VolError::NotPermitted { .. })));
     assert!(matches!(vol.rename(d, b"f", d, b"g", Replace::Allowed), Err(VolError::NotPermitted { .. })));
-    assert!(matches!(vol.link(f.0, d, b"h"), Err(VolError::NotPermitted { .. })));
-    assert!(vol.set_xattr(f.0, b"user.a", b"", XattrSet::Any).is_err());
-    assert!(vol.set_flags(f.0, 0x4000_0000).is_err());
-    vol.set_flags(f.0, 0).unwrap();
+    assert!(matches!(vol.link(f, d, b"h"), Err(VolError::NotPermitted { .. })));
+    assert!(vol.set_xattr(f, b"user.a", b"", XattrSet::Any).is_err());
+    assert!(vol.set_flags(f, 0x4000_0000).is_err());
+    vol.set_flags(f, 0).unwrap();
     vol.set_flags(d, FL_APPEND).unwrap();
     let g = vol.create_at(d, b"g", Owner::default()).unwrap();
     vol.close(g).unwrap();
@@ -221,10 +224,10 @@ fn flags_forbid_what_ext4_forbids() {
 fn set_group_id_directories_pass_their_group_down() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o2775, umask: 0, uid: 0, gid: 50 }).unwrap();
+    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner { mode: 0o2775, umask: 0, uid: 0, gid: 50 }).unwrap();
     let f = vol.create_at(d, b"f", Owner { mode: 0o644, umask: 0, uid: 7, gid: 7 }).unwrap();
     let sub = vol.mkdir(d, b"sub", Owner { mode: 0o755, umask: 0, uid: 7, gid: 7 }).unwrap();
-    assert_eq!(vol.attr(f.0).unwrap().gid, 50);
+    assert_eq!(vol.attr(f).unwrap().gid, 50);
     let s = vol.attr(sub).unwrap();
     assert_eq!((s.gid, s.mode & 0o2000), (50, 0o2000));
 }

@@ -8,7 +8,7 @@
 
 use mballoc_vol::crash::RecordingDevice;
 use mballoc_vol::{
-    check, FormatOptions, MemDevice, MountOptions, Owner, Repair, Replace, SetAttr, VolError, Volume, XattrSet,
+    check, FileId, FormatOptions, MemDevice, MountOptions, Owner, Repair, Replace, SetAttr, VolError, Volume, XattrSet,
     ROOT_INO,
 };
 use rand::{Rng, SeedableRng};
@@ -39,18 +39,18 @@ fn fresh() -> Arc<MemDevice> {
 /// Every path in the volume, with its kind and (for anything but a
 /// directory) its inode, contents, link target and extended attributes.
 fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
-    fn walk(vol: &Volume, dir: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
+    fn walk(vol: &Volume, dir: FileId, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
         for e in vol.read_dir(dir).unwrap() {
             let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
             if e.is_dir {
                 out.insert(path.clone(), None);
                 walk(vol, e.ino, &path, out);
             } else {
-                let f = mballoc_vol::FileId(e.ino);
+                let f = e.ino;
                 let mut data = vec![0u8; vol.size(f).unwrap() as usize];
                 vol.read(f, 0, &mut data).unwrap();
                 let a = vol.attr(e.ino).unwrap();
-                let mut sig = format!("{}:{:o}:{}:", e.ino, a.mode, a.links.len()).into_bytes();
+                let mut sig = format!("{}:{:o}:{}:", e.ino.0, a.mode, a.links.len()).into_bytes();
                 sig.extend_from_slice(&data);
                 sig.extend_from_slice(&a.target);
                 for (k, v) in &a.xattrs {
@@ -62,7 +62,7 @@ fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
         }
     }
     let mut out = BTreeMap::new();
-    walk(vol, ROOT_INO, "", &mut out);
+    walk(vol, FileId(ROOT_INO), "", &mut out);
     out
 }
 
@@ -70,11 +70,11 @@ fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
 fn operations_and_their_errors() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
-    let d = vol.mkdir(ROOT_INO, b"d", Owner { mode: 0o750, umask: 0, uid: 5, gid: 6 }).unwrap();
+    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner { mode: 0o750, umask: 0, uid: 5, gid: 6 }).unwrap();
     let f = vol.create_at(d, b"f", Owner::default()).unwrap();
     vol.write(f, 0, b"hello").unwrap();
-    assert_eq!(vol.lookup(ROOT_INO, b"d").unwrap(), d);
-    assert_eq!(vol.lookup(d, b"f").unwrap(), f.0);
+    assert_eq!(vol.lookup(FileId(ROOT_INO), b"d").unwrap(), d);
+    assert_eq!(vol.lookup(d, b"f").unwrap(), f);
     let a = vol.attr(d).unwrap();
     assert!(a.is_dir() && a.mode & 0o777 == 0o750 && a.uid == 5 && a.gid == 6);
     assert!(matches!(vol.create_at(d, b"f", Owner::default()), Err(VolError::Exists { .. })));
@@ -83,38 +83,41 @@ fn operations_and_their_errors() {
     let long = vol.create_at(d, &[b'n'; 255], Owner::default()).unwrap();
     vol.close(long).unwrap();
     vol.unlink_at(d, &[b'n'; 255]).unwrap();
-    assert!(matches!(vol.create_at(f.0, b"x", Owner::default()), Err(VolError::NotADirectory(_))));
+    assert!(matches!(vol.create_at(f, b"x", Owner::default()), Err(VolError::NotADirectory(_))));
     assert!(matches!(vol.lookup(d, b"nope"), Err(VolError::NoEntry { .. })));
-    assert!(matches!(vol.rmdir(ROOT_INO, b"d"), Err(VolError::NotEmpty(_))));
-    assert!(matches!(vol.unlink_at(ROOT_INO, b"d"), Err(VolError::IsADirectory(_))));
+    assert!(matches!(vol.rmdir(FileId(ROOT_INO), b"d"), Err(VolError::NotEmpty(_))));
+    assert!(matches!(vol.unlink_at(FileId(ROOT_INO), b"d"), Err(VolError::IsADirectory(_))));
     assert!(matches!(vol.rmdir(d, b"f"), Err(VolError::NotADirectory(_))));
     // A directory cannot move under itself.
     let sub = vol.mkdir(d, b"sub", Owner::default()).unwrap();
-    assert!(matches!(vol.rename(ROOT_INO, b"d", sub, b"d", Replace::Allowed), Err(VolError::Loop(_))));
+    assert!(matches!(vol.rename(FileId(ROOT_INO), b"d", sub, b"d", Replace::Allowed), Err(VolError::Loop(_))));
     // Rename over a file replaces it; NOREPLACE refuses.
-    let g = vol.create_at(ROOT_INO, b"g", Owner::default()).unwrap();
+    let g = vol.create_at(FileId(ROOT_INO), b"g", Owner::default()).unwrap();
     vol.write(g, 0, b"old").unwrap();
-    assert!(matches!(vol.rename(d, b"f", ROOT_INO, b"g", Replace::Never), Err(VolError::Exists { .. })));
-    vol.rename(d, b"f", ROOT_INO, b"g", Replace::Allowed).unwrap();
-    assert_eq!(vol.lookup(ROOT_INO, b"g").unwrap(), f.0);
+    assert!(matches!(vol.rename(d, b"f", FileId(ROOT_INO), b"g", Replace::Never), Err(VolError::Exists { .. })));
+    vol.rename(d, b"f", FileId(ROOT_INO), b"g", Replace::Allowed).unwrap();
+    assert_eq!(vol.lookup(FileId(ROOT_INO), b"g").unwrap(), f);
     // The replaced file was still open: an orphan until its last close.
     assert_eq!(vol.size(g).unwrap(), 3);
-    assert!(vol.attr(g.0).unwrap().links.is_empty());
+    assert!(vol.attr(g).unwrap().links.is_empty());
     vol.close(g).unwrap();
     assert!(vol.size(g).is_err(), "the replaced file is gone");
-    assert!(matches!(vol.rename(ROOT_INO, b"g", ROOT_INO, b"d", Replace::Allowed), Err(VolError::IsADirectory(_))));
+    assert!(matches!(
+        vol.rename(FileId(ROOT_INO), b"g", FileId(ROOT_INO), b"d", Replace::Allowed),
+        Err(VolError::IsADirectory(_))
+    ));
     // A directory moves with its entries.
-    vol.rename(ROOT_INO, b"d", ROOT_INO, b"e", Replace::Allowed).unwrap();
-    assert_eq!(vol.lookup(vol.lookup(ROOT_INO, b"e").unwrap(), b"sub").unwrap(), sub);
-    let a = vol.set_attr(f.0, SetAttr { mode: Some(0o600), mtime: Some(7), ..SetAttr::default() }).unwrap();
+    vol.rename(FileId(ROOT_INO), b"d", FileId(ROOT_INO), b"e", Replace::Allowed).unwrap();
+    assert_eq!(vol.lookup(vol.lookup(FileId(ROOT_INO), b"e").unwrap(), b"sub").unwrap(), sub);
+    let a = vol.set_attr(f, SetAttr { mode: Some(0o600), mtime: Some(7), ..SetAttr::default() }).unwrap();
     assert_eq!((a.mode, a.mtime), (mballoc_vol::S_IFREG | 0o600, 7));
     let before = vol.usage();
     vol.close(f).unwrap();
-    vol.unlink_at(ROOT_INO, b"g").unwrap();
+    vol.unlink_at(FileId(ROOT_INO), b"g").unwrap();
     assert_eq!(vol.usage().free_inodes, before.free_inodes + 1);
-    vol.rmdir(vol.lookup(ROOT_INO, b"e").unwrap(), b"sub").unwrap();
-    vol.rmdir(ROOT_INO, b"e").unwrap();
-    assert!(vol.read_dir(ROOT_INO).unwrap().is_empty());
+    vol.rmdir(vol.lookup(FileId(ROOT_INO), b"e").unwrap(), b"sub").unwrap();
+    vol.rmdir(FileId(ROOT_INO), b"e").unwrap();
+    assert!(vol.read_dir(FileId(ROOT_INO)).unwrap().is_empty());
     vol.unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
 }
@@ -123,7 +126,7 @@ fn operations_and_their_errors() {
 fn the_tree_survives_unmount_and_crash() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
-    let d = vol.mkdir(ROOT_INO, b"logs", Owner::default()).unwrap();
+    let d = vol.mkdir(FileId(ROOT_INO), b"logs", Owner::default()).unwrap();
     let f = vol.create_at(d, b"a.log", Owner { mode: 0o600, umask: 0, uid: 1000, gid: 100 }).unwrap();
     vol.write(f, 0, &[1; 3000]).unwrap();
     vol.fsync(f).unwrap();
@@ -131,8 +134,8 @@ fn the_tree_survives_unmount_and_crash() {
     vol.unmount().unwrap();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
     assert_eq!(paths(&vol), want);
-    assert_eq!(vol.attr(f.0).unwrap().uid, 1000);
-    vol.rename(d, b"a.log", ROOT_INO, b"b.log", Replace::Allowed).unwrap();
+    assert_eq!(vol.attr(f).unwrap().uid, 1000);
+    vol.rename(d, b"a.log", FileId(ROOT_INO), b"b.log", Replace::Allowed).unwrap();
     vol.sync().unwrap();
     let want = paths(&vol);
     drop(vol); // a crash: the rename is in the journal only
@@ -145,9 +148,9 @@ fn the_tree_survives_unmount_and_crash() {
 fn files_made_without_names_appear_in_the_root_by_number() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
-    vol.create_at(ROOT_INO, b"13", Owner::default()).unwrap_or_else(|e| panic!("{e}"));
+    vol.create_at(FileId(ROOT_INO), b"13", Owner::default()).unwrap_or_else(|e| panic!("{e}"));
     let f = vol.create().unwrap();
-    let name = vol.read_dir(ROOT_INO).unwrap().into_iter().find(|e| e.ino == f.0).unwrap().name;
+    let name = vol.read_dir(FileId(ROOT_INO)).unwrap().into_iter().find(|e| e.ino == f).unwrap().name;
     assert_eq!(f.0, 13, "the engine numbers files from 12");
     assert_eq!(name, b"13.1", "{}", String::from_utf8_lossy(&name));
     assert_eq!(vol.files().len(), 2);
@@ -184,7 +187,7 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // (device events when the sync returned, the tree then)
     let mut synced = vec![(dev.events(), paths(&vol))];
-    let mut dirs = vec![ROOT_INO];
+    let mut dirs = vec![FileId(ROOT_INO)];
     for i in 0..ops {
         // A rename over an empty directory removes it.
         dirs.retain(|&d| vol.attr(d).is_ok());

@@ -55,14 +55,14 @@ fn volume() -> (Arc<MemDevice>, u64, u64, u64) {
     vol.close(frag).unwrap();
     vol.close(pad).unwrap();
     vol.unmount().unwrap();
-    (dev, dir, frag.0, pad.0)
+    (dev, dir.0, frag.0, pad.0)
 }
 
 const BLOCKS: u64 = 200;
 
 fn lost_found(vol: &Volume) -> Vec<(Vec<u8>, u64)> {
     let lf = vol.lookup(vol.root(), b"lost+found").expect("lost+found exists");
-    vol.read_dir(lf).unwrap().into_iter().map(|e| (e.name, e.ino)).collect()
+    vol.read_dir(lf).unwrap().into_iter().map(|e| (e.name, e.ino.0)).collect()
 }
 
 fn converged(dev: &Arc<MemDevice>) {

@@ -3,6 +3,7 @@
 //! event shows the file before or after, never between.
 
 use mballoc_vol::crash::RecordingDevice;
+use mballoc_vol::FileId;
 use mballoc_vol::{check, FormatOptions, MemDevice, MountOptions, Owner, Repair, Volume, ROOT_INO};
 use std::sync::Arc;
 
@@ -29,7 +30,7 @@ fn collapse_and_insert_move_the_data_and_survive_a_crash_anywhere() {
     Volume::format(base.clone(), &FormatOptions { block_size: BS as u32, ..FormatOptions::default() }).unwrap();
     let dev = Arc::new(RecordingDevice::new(base.to_bytes()));
     let vol = Volume::open(dev.clone(), opts()).unwrap();
-    let f = vol.create_at(ROOT_INO, b"f", Owner::default()).unwrap();
+    let f = vol.create_at(FileId(ROOT_INO), b"f", Owner::default()).unwrap();
     let data = pattern();
     vol.write(f, 0, &data).unwrap();
     vol.fsync(f).unwrap();

@@ -2,7 +2,6 @@
 //! committed, whole, or says it cannot; and it can tell when that state
 //! has moved on.
 
-use mballoc_fs::FileId;
 use mballoc_vol::{
     Access, FileDevice, FormatOptions, MemDevice, MountOptions, OpenMode, OpenOptions, VolError, Volume,
 };
@@ -82,7 +81,7 @@ fn snapshots_taken_while_a_writer_runs_are_whole() {
             for name in snap.list_dir("/").unwrap() {
                 let name = String::from_utf8(name).unwrap();
                 let i: u32 = name[1..].parse().unwrap();
-                let id = FileId(snap.resolve(&name).unwrap());
+                let id = snap.resolve(&name).unwrap();
                 let mut b = vec![0u8; snap.size(id).unwrap() as usize];
                 snap.read(id, 0, &mut b).unwrap();
                 ok &= b.len() == 3000 + (i as usize % 7) * 1000 && b.iter().all(|&x| x == (i % 251) as u8 + 1);

@@ -221,7 +221,7 @@ impl Target for MountedTarget {
                     Err(e) => return Err(e.into()),
                 };
                 let records = vol
-                    .extents(mballoc_fs::FileId(ino))?
+                    .extents(ino)?
                     .into_iter()
                     .map(|e| Record { logical: e.logical, physical: e.physical, len: e.len.into() })
                     .collect();

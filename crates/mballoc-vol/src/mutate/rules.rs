@@ -12,7 +12,7 @@
 //!   change spoke for may have moved to /lost+found).
 
 use super::{structures, Structure};
-use crate::{check, FileId, FormatOptions, MemDevice, MountOptions, Owner, Repair, Volume, XattrSet};
+use crate::{check, FormatOptions, MemDevice, MountOptions, Owner, Repair, Volume, XattrSet};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -29,7 +29,7 @@ pub fn model(vol: &Volume) -> Model {
     let mut dirs = vec![vol.root()];
     while let Some(dir) = dirs.pop() {
         for e in vol.read_dir(dir).unwrap() {
-            if out.contains_key(&e.ino) {
+            if out.contains_key(&e.ino.0) {
                 continue;
             }
             let a = vol.attr(e.ino).unwrap();
@@ -41,7 +41,7 @@ pub fn model(vol: &Volume) -> Model {
             } else if a.mode & crate::S_IFMT == crate::S_IFREG {
                 // A changed size can make a file of any length: past what
                 // any file here holds, the size alone tells it apart.
-                let f = FileId(e.ino);
+                let f = e.ino;
                 let size = vol.size(f).unwrap();
                 let mut b = size.to_le_bytes().to_vec();
                 if size <= 1 << 20 {
@@ -54,7 +54,7 @@ pub fn model(vol: &Volume) -> Model {
             } else {
                 Some(a.mode.to_le_bytes().to_vec())
             };
-            out.insert(e.ino, (names, data));
+            out.insert(e.ino.0, (names, data));
         }
     }
     out
@@ -97,8 +97,8 @@ pub fn sample_volume(left: Left) -> (Vec<u8>, Model) {
     let d = vol.mkdir(root, b"dir", Owner::default()).unwrap();
     let b = vol.create_at(d, b"b", Owner::default()).unwrap();
     vol.write(b, 0, &[0xB0; 3000]).unwrap();
-    vol.set_xattr(b.0, b"user.long", &[0x5A; 700], XattrSet::Any).unwrap();
-    vol.link(b.0, root, b"b-link").unwrap();
+    vol.set_xattr(b, b"user.long", &[0x5A; 700], XattrSet::Any).unwrap();
+    vol.link(b, root, b"b-link").unwrap();
     vol.symlink(root, b"sym", b"dir/b", Owner::default()).unwrap();
     for f in [frag, pad, b] {
         vol.close(f).unwrap();
