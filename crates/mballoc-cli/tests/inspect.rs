@@ -53,6 +53,10 @@ const VARIANTS: &[(&str, &str)] = &[
     ("ext3", "-t ext3 -b 4096"),
     ("ext2-1k", "-t ext2 -b 1024"),
     ("4k-inline_data", "-t ext4 -b 4096 -I 256 -O inline_data"),
+    // Groups that are not a power of two, as -g (or -i, -N and some sizes)
+    // make them.
+    ("4k-groups-32664", "-t ext4 -b 4096 -g 32664"),
+    ("1k-groups-8000", "-t ext4 -b 1024 -g 8000"),
 ];
 
 /// Populate a mounted volume; returns `filefrag` lines for every regular file.

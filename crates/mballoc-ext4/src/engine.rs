@@ -17,12 +17,6 @@ use std::collections::HashSet;
 /// The engine's geometry for this volume (in clusters).
 pub fn geometry<S: BlockSource>(vol: &Volume<S>) -> Result<Geometry> {
     let sb = vol.superblock();
-    if !sb.clusters_per_group.is_power_of_two() {
-        return Err(Ext4Error::Unsupported(format!(
-            "{} clusters per group: the engine's groups are powers of two",
-            sb.clusters_per_group
-        )));
-    }
     let clusters = (sb.blocks_count - u64::from(sb.first_data_block)).div_ceil(u64::from(sb.cluster_ratio()));
     Geometry::with_group_size(sb.block_size, sb.clusters_per_group, clusters)
         .map_err(|e| Ext4Error::Unsupported(format!("engine geometry: {e}")))

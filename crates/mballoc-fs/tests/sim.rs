@@ -475,3 +475,27 @@ fn simulation_lustre_table() {
 fn simulation_background_writeback() {
     run("simulation_background_writeback", || Normalization::KernelWindows, Writeback::Background, |_| {});
 }
+
+#[test]
+fn simulation_kernel_profile_on_groups_of_any_length() {
+    // The kernel profile again, on 1,000-block groups (a multiple of 8, not
+    // a power of two, as mkfs makes them).
+    run(
+        "simulation_kernel_profile_on_groups_of_any_length",
+        || Normalization::KernelWindows,
+        Writeback::Explicit,
+        |cfg| {
+            let total = cfg.geometry.total_blocks();
+            cfg.geometry = Geometry::with_group_size(4096, 1000, total).unwrap();
+            let k = FsConfig::kernel(cfg.geometry);
+            cfg.tunables = Tunables { mb_stats: true, ..k.tunables };
+            cfg.locality_groups = k.locality_groups;
+            cfg.stream_placement = k.stream_placement;
+            cfg.writeback_request = k.writeback_request;
+            cfg.fallocate_request = k.fallocate_request;
+            cfg.inode_numbers = k.inode_numbers;
+            cfg.close = k.close;
+            cfg.extent_tree = k.extent_tree;
+        },
+    );
+}

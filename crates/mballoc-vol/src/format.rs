@@ -131,8 +131,8 @@ pub enum VolumeState {
 pub struct FormatOptions {
     /// Bytes per block (1 KiB – 64 KiB, a power of two).
     pub block_size: u32,
-    /// Blocks per group (a power of two, at most `8 × block_size`, so a
-    /// group's bitmap fits one block).
+    /// Blocks per group: a multiple of 8 up to `8 × block_size` (so a
+    /// group's bitmap fits one block); the default is the largest.
     pub blocks_per_group: Option<u32>,
     /// Journal blocks (default: 1/64 of the volume, 64 – 16384).
     pub log_blocks: Option<u32>,

@@ -20,9 +20,13 @@ const BS: u64 = 1024;
 const DEV_BYTES: u64 = 8 << 20;
 
 fn format_opts() -> FormatOptions {
+    format_with_groups(1024)
+}
+
+fn format_with_groups(bpg: u32) -> FormatOptions {
     FormatOptions {
         block_size: BS as u32,
-        blocks_per_group: Some(1024),
+        blocks_per_group: Some(bpg),
         log_blocks: Some(24),
         inode_count: Some(32),
         tree_blocks: Some(48),
@@ -83,10 +87,10 @@ fn fill(rng: &mut ChaCha8Rng, n: usize) -> Vec<u8> {
 }
 
 /// Run the workload; returns the model and the recording.
-fn workload(seed: u64, ops: u64) -> (Model, Arc<RecordingDevice>) {
+fn workload_on(seed: u64, ops: u64, opts: &FormatOptions) -> (Model, Arc<RecordingDevice>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let fresh = Arc::new(MemDevice::new(DEV_BYTES));
-    Volume::format(fresh.clone(), &format_opts()).unwrap();
+    Volume::format(fresh.clone(), opts).unwrap();
     let dev = Arc::new(RecordingDevice::new(fresh.to_bytes()));
     let folio = [1024u32, 4096, 65536][(seed % 3) as usize];
     let vol = Volume::open(dev.clone(), mount_opts(folio)).unwrap();
@@ -204,13 +208,23 @@ fn verify(image: Vec<u8>, model: &Model, point: usize, torn: bool) -> Result<(),
 
 #[test]
 fn every_crash_point_recovers() {
-    let seeds = mballoc_testkit::knob("MBALLOC_CRASH_SEEDS", 4);
+    crash_everywhere(&format_opts(), 4);
+}
+
+/// The same on 1,000-block groups: not a power of two.
+#[test]
+fn every_crash_point_recovers_on_groups_of_any_length() {
+    crash_everywhere(&format_with_groups(1000), 2);
+}
+
+fn crash_everywhere(opts: &FormatOptions, default_seeds: u64) {
+    let seeds = mballoc_testkit::knob("MBALLOC_CRASH_SEEDS", default_seeds);
     let ops = mballoc_testkit::knob("MBALLOC_CRASH_OPS", 120);
     let base_seed = mballoc_testkit::knob("MBALLOC_CRASH_SEED", 0x5eed);
     let mut points = 0;
     for s in 0..seeds {
         let seed = base_seed + s;
-        let (model, dev) = workload(seed, ops);
+        let (model, dev) = workload_on(seed, ops, opts);
         let n = dev.events();
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC0FFEE);
         let mut image = dev.base().to_vec();

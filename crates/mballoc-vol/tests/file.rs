@@ -140,3 +140,33 @@ fn the_shared_scenario() {
     drop(f);
     vol.unmount().unwrap();
 }
+
+/// A volume whose groups are not a power of two (1,000 blocks): files
+/// across every group survive an unmount and a crash, and check is clean.
+#[test]
+fn groups_of_any_length() {
+    let dev = Arc::new(MemDevice::new(24 << 20));
+    let opts = FormatOptions { block_size: 4096, blocks_per_group: Some(1000), ..FormatOptions::default() };
+    Volume::format(dev.clone(), &opts).unwrap();
+    let vol = Volume::open(dev.clone(), MountOptions::default()).unwrap();
+    for i in 0..6u8 {
+        let f = vol.file(&format!("/f{i}"), &rw()).unwrap();
+        f.write_at(&vec![i + 1; 700 * 4096], 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    let groups: std::collections::BTreeSet<u64> = (0..6u8)
+        .flat_map(|i| vol.file(&format!("/f{i}"), OpenOptions::new().read(true)).unwrap().extents().unwrap())
+        .map(|e| e.physical / 1000)
+        .collect();
+    assert!(groups.len() >= 4, "files spread over the groups: {groups:?}");
+    drop(vol); // a crash
+    let vol = Volume::open(dev.clone(), MountOptions::default()).unwrap();
+    for i in 0..6u8 {
+        let f = vol.file(&format!("/f{i}"), OpenOptions::new().read(true)).unwrap();
+        let mut b = vec![0u8; 700 * 4096];
+        assert_eq!(f.read_at(&mut b, 0).unwrap(), b.len());
+        assert!(b.iter().all(|&x| x == i + 1));
+    }
+    vol.unmount().unwrap();
+    assert!(mballoc_vol::check(&*dev, mballoc_vol::Repair::No).unwrap().is_clean());
+}

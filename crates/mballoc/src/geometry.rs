@@ -2,7 +2,10 @@
 //!
 //! Every length and offset the allocator deals in is a block (an allocation
 //! unit: a cluster when the caller uses bigalloc-style clusters). A group holds
-//! at most `8 × block_size` blocks because its bitmap is one block.
+//! at most `8 × block_size` blocks because its bitmap is one block, and any
+//! multiple of 8 up to that, as ext4's do: mkfs makes groups of 32,664 blocks
+//! (`-g`, `-i`, `-N`, and some sizes), and the buddy, like ext4's, works on any
+//! group length. A power-of-two group size keeps block → group a shift.
 
 use crate::error::{Error, Result};
 
@@ -22,7 +25,10 @@ pub const MAX_GROUPS: u64 = 1 << 24;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
     block_size_log2: u8,
-    blocks_per_group_log2: u8,
+    blocks_per_group: u32,
+    /// `log2(blocks_per_group)` when it is a power of two (the usual
+    /// case: block → group is then a shift, not a division).
+    group_shift: Option<u8>,
     total_blocks: u64,
     groups: u32,
     reserved_per_group: u32,
@@ -36,13 +42,13 @@ impl Geometry {
         Self::with_group_size(block_size, 8 * block_size, total_blocks)
     }
 
-    /// A volume with an explicit power-of-two group size (at most
-    /// `8 × block_size`, at least 8).
+    /// A volume with an explicit group size: a multiple of 8 (a whole
+    /// byte of bitmap) from 8 to `8 × block_size`, as ext4 allows.
     pub fn with_group_size(block_size: u32, blocks_per_group: u32, total_blocks: u64) -> Result<Self> {
         let bits = block_size_log2(block_size)?;
-        if !blocks_per_group.is_power_of_two() || blocks_per_group < 8 || blocks_per_group > 8 * block_size {
+        if !blocks_per_group.is_multiple_of(8) || blocks_per_group < 8 || blocks_per_group > 8 * block_size {
             return Err(Error::InvalidGeometry(format!(
-                "blocks per group {blocks_per_group} must be a power of two in 8..={}",
+                "blocks per group {blocks_per_group} must be a multiple of 8 in 8..={}",
                 8 * block_size
             )));
         }
@@ -55,7 +61,8 @@ impl Geometry {
         }
         Ok(Geometry {
             block_size_log2: bits,
-            blocks_per_group_log2: blocks_per_group.trailing_zeros() as u8,
+            blocks_per_group,
+            group_shift: blocks_per_group.is_power_of_two().then(|| blocks_per_group.trailing_zeros() as u8),
             total_blocks,
             groups: groups as u32,
             reserved_per_group: 0,
@@ -84,11 +91,7 @@ impl Geometry {
     }
     /// Blocks in a full group.
     pub fn blocks_per_group(&self) -> u32 {
-        1 << self.blocks_per_group_log2
-    }
-    /// log2 of the group size.
-    pub fn blocks_per_group_log2(&self) -> u32 {
-        u32::from(self.blocks_per_group_log2)
+        self.blocks_per_group
     }
     /// Blocks in the volume.
     pub fn total_blocks(&self) -> u64 {
@@ -109,7 +112,7 @@ impl Geometry {
     /// Largest buddy order a chunk can have in a group of this geometry: the
     /// kernel's `block_size_log2 + 1`, but never above the group size.
     pub fn max_order(&self) -> u32 {
-        (self.block_size_log2() + 1).min(self.blocks_per_group_log2())
+        (self.block_size_log2() + 1).min(self.blocks_per_group.ilog2())
     }
     /// Blocks in group `g`.
     pub fn group_len(&self, g: u32) -> u32 {
@@ -120,7 +123,7 @@ impl Geometry {
         }
     }
     fn last_group_len(&self) -> u32 {
-        let rem = self.total_blocks & (u64::from(self.blocks_per_group()) - 1);
+        let rem = self.total_blocks % u64::from(self.blocks_per_group);
         if rem == 0 {
             self.blocks_per_group()
         } else {
@@ -129,15 +132,21 @@ impl Geometry {
     }
     /// Group holding `block`.
     pub fn group_of(&self, block: u64) -> u32 {
-        (block >> self.blocks_per_group_log2) as u32
+        match self.group_shift {
+            Some(s) => (block >> s) as u32,
+            None => (block / u64::from(self.blocks_per_group)) as u32,
+        }
     }
     /// Offset of `block` inside its group.
     pub fn offset_in_group(&self, block: u64) -> u32 {
-        (block & (u64::from(self.blocks_per_group()) - 1)) as u32
+        match self.group_shift {
+            Some(_) => (block & (u64::from(self.blocks_per_group) - 1)) as u32,
+            None => (block % u64::from(self.blocks_per_group)) as u32,
+        }
     }
     /// First block of group `g`.
     pub fn group_first_block(&self, g: u32) -> u64 {
-        u64::from(g) << self.blocks_per_group_log2
+        u64::from(g) * u64::from(self.blocks_per_group)
     }
     /// `[start, start + len)` lies inside the volume (and does not overflow).
     pub(crate) fn check_range(&self, start: u64, len: u64) -> Result<()> {
@@ -185,6 +194,19 @@ mod tests {
         assert_eq!(g.group_len(3), 100);
         assert_eq!(g.group_len(2), 8192);
         assert_eq!(g.max_order(), 11);
+    }
+
+    #[test]
+    fn any_multiple_of_8_makes_groups() {
+        // What mkfs.ext4 -b 4096 makes of a 128 MiB device.
+        let g = Geometry::with_group_size(4096, 32_664, 32_768).unwrap();
+        assert_eq!((g.groups(), g.group_len(0), g.group_len(1)), (2, 32_664, 104));
+        assert_eq!((g.group_of(32_663), g.group_of(32_664), g.offset_in_group(32_665)), (0, 1, 1));
+        assert_eq!(g.group_first_block(1), 32_664);
+        assert_eq!(g.max_order(), 13, "2^14 > 32,664: the largest chunk is 2^13");
+        let pieces: Vec<_> = g.pieces(32_660, 10).collect();
+        assert_eq!(pieces, vec![(0, 32_660, 4), (1, 0, 6)]);
+        assert!(Geometry::with_group_size(4096, 32_665, 1 << 20).is_err(), "not a whole bitmap byte");
     }
 
     #[test]

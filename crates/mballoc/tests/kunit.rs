@@ -216,3 +216,51 @@ fn mark_diskspace_used() {
         }
     }
 }
+
+/// The buddy of groups whose length is not a power of two (mkfs makes
+/// 32,664-block groups, and any multiple of 8 is allowed): built from
+/// random bitmaps, it matches the reference for every block size.
+#[test]
+fn generate_buddy_on_groups_of_any_length() {
+    let seed = common::seed("generate_buddy_on_groups_of_any_length");
+    let mut rng = common::rng(seed);
+    for (bs, len) in [(1024u32, 1000u32), (4096, 32_664), (4096, 24), (65536, 8 * 65536 - 8)] {
+        let geo = Geometry::with_group_size(bs, len, 3 * u64::from(len)).unwrap();
+        for _ in 0..4 {
+            let mut used = vec![false; len as usize];
+            for _ in 0..rng.gen_range(0..40) {
+                let start = rng.gen_range(0..len);
+                let n = rng.gen_range(1..=len.min(3000)).min(len - start);
+                used[start as usize..(start + n) as usize].fill(true);
+            }
+            let b = Buddy::from_bitmap(len, geo.max_order(), geo.num_orders(), &bitmap_words(&used));
+            assert_matches_reference(&b, &used, &format!("seed {seed} bs {bs} len {len}"));
+        }
+    }
+}
+
+/// The allocator on 32,664-block groups: every block of every group can
+/// be allocated, goals in a later group land there, and freeing gives
+/// back exactly what was taken.
+#[test]
+fn groups_of_32664_blocks_allocate_and_free() {
+    let geo = Geometry::with_group_size(4096, 32_664, 32_664 * 3 + 104).unwrap();
+    let a = Allocator::new(geo).unwrap();
+    let got = a.allocate(&mballoc::AllocRequest::new(2048).try_goal(32_664 + 100)).unwrap();
+    assert_eq!(geo.group_of(got.extent.start), 1, "{got:?}");
+    let mut taken = vec![got.extent];
+    loop {
+        match a.allocate(&mballoc::AllocRequest::new(4096)) {
+            Ok(r) => taken.push(r.extent),
+            Err(mballoc::Error::NoSpace { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(a.free_blocks(), 0);
+    assert_eq!(taken.iter().map(|e| u64::from(e.len)).sum::<u64>(), geo.total_blocks());
+    for e in &taken {
+        assert!(geo.group_of(e.start) == geo.group_of(e.start + u64::from(e.len) - 1), "no extent spans groups");
+        a.free(e.start, e.len.into()).unwrap();
+    }
+    assert_eq!(a.free_blocks(), geo.total_blocks());
+}

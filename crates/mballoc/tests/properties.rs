@@ -201,10 +201,13 @@ proptest! {
 
     #[test]
     fn random_ops_keep_every_invariant(
-        shape in 0usize..3,
+        shape in 0usize..5,
         ops in proptest::collection::vec(op_strategy(4 * 256 + 77, 256), 1..120),
     ) {
-        let (bs, bpg, prefix) = [(1024u32, 256u32, 0u32), (4096, 256, 3), (65536, 256, 1)][shape];
+        // Groups of any multiple of 8 blocks, as mkfs makes them, beside
+        // powers of two.
+        let (bs, bpg, prefix) =
+            [(1024u32, 256u32, 0u32), (4096, 256, 3), (65536, 256, 1), (4096, 264, 2), (1024, 320, 0)][shape];
         let total = 4 * u64::from(bpg) + 77;
         let (a, mut m) = build(bs, bpg, total, prefix);
         for op in &ops {
@@ -217,9 +220,18 @@ proptest! {
 /// default), many operations per seed. `MBALLOC_TEST_SCALE` multiplies it.
 #[test]
 fn seeded_simulation() {
-    let seed = common::seed("seeded_simulation");
+    simulate("seeded_simulation", 512);
+}
+
+/// The same on groups of 520 blocks: not a power of two.
+#[test]
+fn seeded_simulation_on_groups_of_any_length() {
+    simulate("seeded_simulation_on_groups_of_any_length", 520);
+}
+
+fn simulate(name: &str, bpg: u32) {
+    let seed = common::seed(name);
     let mut rng = common::rng(seed);
-    let bpg = 512u32;
     let total = 20 * u64::from(bpg);
     let (a, mut m) = build(4096, bpg, total, 2);
     let strategy = op_strategy(total, bpg);

@@ -35,7 +35,7 @@ impl Fs {
             )));
         }
         let used = |b: u64| {
-            let (g, bit) = ((b >> geo.blocks_per_group_log2()) as usize, b & (u64::from(geo.blocks_per_group()) - 1));
+            let (g, bit) = (geo.group_of(b) as usize, u64::from(geo.offset_in_group(b)));
             bitmaps[g].get((bit / 64) as usize).is_some_and(|w| w & (1 << (bit % 64)) != 0)
         };
         let mut owned: Vec<(u64, u64, u64)> = Vec::new();
