@@ -1,11 +1,96 @@
 //! `mballoc inspect`: reports on an ext4 image or an mballoc volume.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use mballoc::report::FreeSpaceHistogram;
 use mballoc_ext4::superblock::{compat, incompat, ro_compat};
 use mballoc_ext4::{BlockSource, Volume};
 use std::fmt::Write;
+use std::io::Write as _;
 use std::path::Path;
+
+/// Which reports `inspect` prints (none: the summary).
+#[derive(Debug, Clone, Copy)]
+pub struct Modes {
+    pub freefrag: bool,
+    pub groups: bool,
+    pub files: bool,
+}
+
+/// `mballoc inspect` on an ext4 image (`IMAGE?offset=N` or `offset`: the
+/// file system starts that many bytes in).
+pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::ChecksumPolicy, m: Modes) -> Result<()> {
+    let (image, offset) = split_offset(image, offset)?;
+    if std::fs::metadata(&image).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        anyhow::bail!("reading {}: the image is empty", image.display());
+    }
+    let src =
+        mballoc_ext4::FileSource::open_at(&image, offset).with_context(|| format!("opening {}", image.display()))?;
+    let vol = match Volume::open(src, policy) {
+        Ok(v) => v,
+        Err(e @ mballoc_ext4::Ext4Error::BadMagic { .. }) => {
+            anyhow::bail!("reading {}: {e}: {}", image.display(), what_it_holds(&image, offset))
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", image.display())),
+    };
+    let mut out = std::io::stdout().lock();
+    if !(m.freefrag || m.groups || m.files) {
+        write!(out, "{}", summary(&vol, &image)?)?;
+    } else if vol.superblock().needs_recovery() {
+        // The summary says it in its own lines; every other report says it
+        // where a reader of the report will see it.
+        eprintln!("warning: {}: the journal needs recovery; this view predates it", image.display());
+    }
+    if m.freefrag {
+        write!(out, "{}", freefrag(&vol, &image.display().to_string())?)?;
+    }
+    if m.groups {
+        write!(out, "{}", mballoc_ext4::engine::allocator(&vol)?.mb_groups_report())?;
+    }
+    if m.files {
+        for e in vol.walk()?.files() {
+            let n = e.map.filefrag_extents();
+            // The name's own bytes, as filefrag prints them.
+            out.write_all(&e.raw_path)?;
+            writeln!(out, ": {n} extent{} found", if n == 1 { "" } else { "s" })?;
+        }
+    }
+    Ok(())
+}
+
+/// What a file that is not ext2/3/4 holds, as far as its signatures say.
+fn what_it_holds(image: &Path, offset: u64) -> String {
+    let Ok(dev) = mballoc_vol::FileDevice::open(image, mballoc_vol::OpenMode::Snapshot) else {
+        return "not an ext2/3/4 file system".into();
+    };
+    use mballoc_vol::Device;
+    if dev.len() <= offset {
+        return format!("the image is {} bytes long: nothing at offset {offset}", dev.len());
+    }
+    let mut head = vec![0u8; (dev.len() - offset).min(64 << 10) as usize];
+    if dev.read_at(offset, &mut head).is_ok() && head.iter().all(|&b| b == 0) {
+        return "it holds only zeros there (an empty or unformatted image?)".into();
+    }
+    match (offset, mballoc_vol::probe(&dev)) {
+        (0, Ok(Some(p @ ("a GPT partition table" | "a partition table or boot sector")))) => {
+            format!("it holds {p}; give the partition's start with --offset BYTES or IMAGE?offset=BYTES")
+        }
+        (0, Ok(Some(what))) => format!("it holds {what}, not an ext2/3/4 file system"),
+        _ => "not an ext2/3/4 file system".into(),
+    }
+}
+
+/// `IMAGE?offset=N` as e2fsprogs writes it, when no file has that name.
+fn split_offset(image: &Path, offset: u64) -> Result<(std::path::PathBuf, u64)> {
+    let text = image.to_string_lossy();
+    if !image.exists() {
+        if let Some((path, n)) = text.rsplit_once("?offset=") {
+            let n: u64 = n.parse().with_context(|| format!("{text}: the offset is not a number"))?;
+            anyhow::ensure!(offset == 0 || offset == n, "{text}: and --offset {offset} disagree");
+            return Ok((path.into(), n));
+        }
+    }
+    Ok((image.to_path_buf(), offset))
+}
 
 /// e2freefrag's report for the image, named `device` as e2freefrag names it.
 pub fn freefrag<S: BlockSource>(vol: &Volume<S>, device: &str) -> Result<String> {

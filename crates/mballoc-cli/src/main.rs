@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
+use mballoc_ext4::ChecksumPolicy;
 use mballoc_lab::backend::BackendKind;
 use mballoc_lab::report::Report;
 use mballoc_lab::scenarios::{self, Env, StartImage};
@@ -62,6 +62,10 @@ enum Cmd {
         /// Read on when a checksum does not match.
         #[arg(long)]
         ignore_checksums: bool,
+        /// Where the file system starts in the image, in bytes (a partition;
+        /// `IMAGE?offset=N` says the same, as e2fsprogs writes it).
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
     },
     /// Make an empty volume in a file (created sparse if missing) or on a block device.
     Mkfs {
@@ -406,33 +410,15 @@ fn run() -> Result<()> {
         Cmd::Completions { shell } => shell::completions(shell),
         Cmd::Man { out } => shell::man(&out),
         Cmd::Check { volume, repair, force } => volume_cmd::check(&volume, repair, &force),
-        Cmd::Inspect { image, freefrag, groups, files, .. } if inspect::is_own_volume(&image) => {
+        Cmd::Inspect { image, freefrag, groups, files, offset: 0, .. } if inspect::is_own_volume(&image) => {
             let out = inspect::own_volume(&image, freefrag, groups, files)
                 .with_context(|| format!("reading {}", image.display()))?;
             print!("{out}");
             Ok(())
         }
-        Cmd::Inspect { image, freefrag, groups, files, ignore_checksums } => {
+        Cmd::Inspect { image, freefrag, groups, files, ignore_checksums, offset } => {
             let policy = if ignore_checksums { ChecksumPolicy::Ignore } else { ChecksumPolicy::Verify };
-            let src = FileSource::open(&image).with_context(|| format!("opening {}", image.display()))?;
-            let vol = Volume::open(src, policy).with_context(|| format!("reading {}", image.display()))?;
-            let mut out = std::io::stdout().lock();
-            if !(freefrag || groups || files) {
-                write!(out, "{}", inspect::summary(&vol, &image)?)?;
-            }
-            if freefrag {
-                write!(out, "{}", inspect::freefrag(&vol, &image.display().to_string())?)?;
-            }
-            if groups {
-                write!(out, "{}", mballoc_ext4::engine::allocator(&vol)?.mb_groups_report())?;
-            }
-            if files {
-                for e in vol.walk()?.files() {
-                    let n = e.map.filefrag_extents();
-                    writeln!(out, "{}: {n} extent{} found", e.path, if n == 1 { "" } else { "s" })?;
-                }
-            }
-            Ok(())
+            inspect::ext4(&image, offset, policy, inspect::Modes { freefrag, groups, files })
         }
         Cmd::Lab { cmd: LabCmd::List } => {
             for s in scenarios::ALL {

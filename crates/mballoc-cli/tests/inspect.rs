@@ -218,3 +218,40 @@ fn inspect_reports_a_corrupt_image_with_a_typed_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad magic"), "{err}");
 }
+
+#[test]
+fn names_are_bytes_and_partitions_take_an_offset() {
+    use std::os::unix::ffi::OsStrExt;
+    if !have("mke2fs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("offset");
+    let tree = scratch.0.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    // A Latin-1 name: not UTF-8, printed as its bytes, as filefrag does.
+    std::fs::write(tree.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), vec![7u8; 5000]).unwrap();
+    let fs = scratch.0.join("fs");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&fs).arg("16M"));
+    let files = mballoc().args(["inspect", "--files"]).arg(&fs).output().unwrap();
+    assert!(files.status.success());
+    assert!(files.stdout.windows(6).any(|w| w == b"/caf\xe9:"), "{}", String::from_utf8_lossy(&files.stdout));
+    // The same file system 1 MiB into an image with a boot sector.
+    let part = scratch.0.join("part");
+    let mut bytes = vec![0u8; 1 << 20];
+    bytes[510..512].copy_from_slice(&[0x55, 0xAA]);
+    bytes.extend(std::fs::read(&fs).unwrap());
+    std::fs::write(&part, &bytes).unwrap();
+    let refused = mballoc().arg("inspect").arg(&part).output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("partition table") && err.contains("--offset"), "{err}");
+    let by_flag = mballoc().args(["inspect", "--files", "--offset", "1048576"]).arg(&part).output().unwrap();
+    assert_eq!(by_flag.stdout, files.stdout);
+    let by_name =
+        mballoc().args(["inspect", "--files"]).arg(format!("{}?offset=1048576", part.display())).output().unwrap();
+    assert_eq!(by_name.stdout, files.stdout);
+    let empty = scratch.0.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let e = mballoc().arg("inspect").arg(&empty).output().unwrap();
+    assert!(String::from_utf8_lossy(&e.stderr).contains("the image is empty"));
+}

@@ -28,8 +28,12 @@ pub struct DirEntry {
 /// A path reached from the root, with its inode and block map.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    /// Absolute path inside the volume ("/" for the root).
+    /// Absolute path inside the volume ("/" for the root), names that are
+    /// not UTF-8 shown with U+FFFD.
     pub path: String,
+    /// The same path as the directory entries' bytes (what filefrag
+    /// prints).
+    pub raw_path: Vec<u8>,
     /// Its inode.
     pub inode: Inode,
     /// Its block map.
@@ -53,7 +57,7 @@ impl Tree {
 
 /// A path still to visit: its inode, and the directory and entry that
 /// named it (none for the root).
-type Pending = (String, u32, Option<(u32, DirEntry)>);
+type Pending = (Vec<u8>, u32, Option<(u32, DirEntry)>);
 
 const TAIL_LEN: usize = 12;
 /// Record lengths inside an inline directory are plain (the 64 KiB-block
@@ -156,8 +160,9 @@ impl<S: BlockSource> Volume<S> {
         }
         let root_map = self.file_map_claimed(&root, &mut claims)?;
         maps.insert(ROOT_INO, (root, root_map));
-        let mut stack: Vec<Pending> = vec![(String::from("/"), ROOT_INO, None)];
-        while let Some((path, ino, via)) = stack.pop() {
+        let mut stack: Vec<Pending> = vec![(b"/".to_vec(), ROOT_INO, None)];
+        while let Some((raw_path, ino, via)) = stack.pop() {
+            let path = String::from_utf8_lossy(&raw_path).into_owned();
             let named = |reason: String| match &via {
                 Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
                 None => Ext4Error::Inode { ino, block: 0, reason },
@@ -188,19 +193,22 @@ impl<S: BlockSource> Volume<S> {
                     if d.name == b"." || d.name == b".." {
                         continue;
                     }
-                    let name = String::from_utf8_lossy(&d.name);
-                    let child = if path == "/" { format!("/{name}") } else { format!("{path}/{name}") };
+                    let mut child = raw_path.clone();
+                    if raw_path != b"/" {
+                        child.push(b'/');
+                    }
+                    child.extend_from_slice(&d.name);
                     stack.push((child, d.ino, Some((ino, d))));
                 }
             }
-            entries.push(Entry { path, inode, map });
+            entries.push(Entry { path, raw_path, inode, map });
         }
         let journal = self.superblock().journal_inum;
         if journal != 0 && !maps.contains_key(&journal) {
             let inode = self.inode(journal)?;
             self.file_map_claimed(&inode, &mut claims)?;
         }
-        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        entries.sort_by(|a, b| a.raw_path.cmp(&b.raw_path));
         Ok(Tree { entries })
     }
 }

@@ -27,15 +27,29 @@ pub trait BlockSource {
 pub struct FileSource {
     file: File,
     len: u64,
+    /// Where the file system starts in the file (a partition's offset).
+    offset: u64,
 }
 
 impl FileSource {
     /// Open `path` read-only.
     pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
+        Self::open_at(path, 0)
+    }
+
+    /// Open `path` read-only, the file system starting `offset` bytes in
+    /// (a partitioned image: e2fsprogs' `IMAGE?offset=N`).
+    pub fn open_at(path: impl AsRef<Path>, offset: u64) -> io::Result<Self> {
         let file = File::open(path)?;
         let meta = file.metadata()?;
-        let len = if meta.file_type().is_file() { meta.len() } else { device_len(&file)? };
-        Ok(FileSource { file, len })
+        let whole = if meta.file_type().is_file() { meta.len() } else { device_len(&file)? };
+        if offset > whole {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("offset {offset} is past the end of the {whole}-byte file"),
+            ));
+        }
+        Ok(FileSource { file, len: whole - offset, offset })
     }
 }
 
@@ -53,7 +67,7 @@ impl BlockSource for FileSource {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file.read_exact_at(buf, offset)
+        self.file.read_exact_at(buf, self.offset + offset)
     }
 }
 

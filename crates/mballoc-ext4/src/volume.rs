@@ -40,7 +40,7 @@ impl<S: BlockSource> Volume<S> {
         let sb = Superblock::parse(&raw, policy)?;
         let bytes = sb.blocks_count * u64::from(sb.block_size);
         if len < bytes {
-            return Err(Ext4Error::Truncated { what: "volume", block: len / u64::from(sb.block_size), len });
+            return Err(Ext4Error::Truncated { what: "the volume's last block", block: sb.blocks_count - 1, len });
         }
         let mut vol = Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new() };
         vol.read_descriptors()?;
