@@ -47,12 +47,39 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
         write!(out, "{}", mballoc_ext4::engine::allocator(&vol)?.mb_groups_report())?;
     }
     if m.files {
-        for e in vol.walk()?.files() {
-            let n = e.map.filefrag_extents();
-            // The name's own bytes, as filefrag prints them.
-            out.write_all(&e.raw_path)?;
-            writeln!(out, ": {n} extent{} found", if n == 1 { "" } else { "s" })?;
+        // Streamed: each line as its file is reached, nothing of the tree
+        // kept (memory follows the depth, not the file count). A file the
+        // kernel would refuse is reported and skipped; the rest is listed.
+        let mut write_err = None;
+        let mut damaged = 0u64;
+        let walked = vol.walk_each(|v| {
+            if write_err.is_some() {
+                return Ok(());
+            }
+            let line = match v {
+                mballoc_ext4::Visit::Path(e) if e.inode.file_type() == mballoc_ext4::FileType::Regular => {
+                    let n = e.map.filefrag_extents();
+                    // The name's own bytes, as filefrag prints them.
+                    out.write_all(&e.raw_path)
+                        .and_then(|()| writeln!(out, ": {n} extent{} found", if n == 1 { "" } else { "s" }))
+                }
+                mballoc_ext4::Visit::Path(_) => Ok(()),
+                mballoc_ext4::Visit::Damaged { path, error } => {
+                    damaged += 1;
+                    let mut err = std::io::stderr().lock();
+                    err.write_all(path).and_then(|()| writeln!(err, ": damaged: {error}"))
+                }
+            };
+            if let Err(e) = line {
+                write_err = Some(e);
+            }
+            Ok(())
+        });
+        if let Some(err) = write_err {
+            return Err(err.into());
         }
+        walked?;
+        anyhow::ensure!(damaged == 0, "{}: {damaged} damaged path(s), listed above", image.display());
     }
     Ok(())
 }

@@ -255,3 +255,28 @@ fn names_are_bytes_and_partitions_take_an_offset() {
     let e = mballoc().arg("inspect").arg(&empty).output().unwrap();
     assert!(String::from_utf8_lossy(&e.stderr).contains("the image is empty"));
 }
+
+#[test]
+fn a_damaged_file_is_reported_and_the_rest_listed() {
+    if !have("mke2fs") || !have("debugfs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("damaged");
+    let tree = scratch.0.join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::write(tree.join("good"), b"good").unwrap();
+    std::fs::write(tree.join("bad"), vec![1u8; 20_000]).unwrap();
+    std::fs::write(tree.join("sub/deep"), b"x").unwrap();
+    let img = scratch.0.join("img");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg("16M"));
+    // The extent header's magic gone (debugfs keeps the checksum valid).
+    run(Command::new("debugfs").args(["-w", "-R", "sif /bad block[0] 0"]).arg(&img));
+    let out = mballoc().args(["inspect", "--files"]).arg(&img).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let mut lines: Vec<&str> = stdout.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["/good: 1 extent found", "/sub/deep: 1 extent found"]);
+    assert!(stderr.contains("/bad: damaged: ") && stderr.contains("1 damaged path"), "{stderr}");
+}

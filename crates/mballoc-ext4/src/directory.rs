@@ -213,6 +213,103 @@ impl<S: BlockSource> Volume<S> {
     }
 }
 
+/// What [`Volume::walk_each`] hands its visitor.
+#[derive(Debug)]
+pub enum Visit<'a> {
+    /// A path, its inode and its map.
+    Path(&'a Entry),
+    /// A path whose inode, map or (for a directory) entries could not be
+    /// read: the kernel would refuse it too. What lies under a damaged
+    /// directory is not reached; the rest of the walk goes on.
+    Damaged {
+        /// The path, as the entry's bytes.
+        path: &'a [u8],
+        /// Why.
+        error: Ext4Error,
+    },
+}
+
+impl<S: BlockSource> Volume<S> {
+    /// Visit every path from the root as it is reached, depth first in
+    /// directory order, without keeping the tree: memory is the pending
+    /// entries of the directories on the current path, not the number of
+    /// files (what `inspect --files` needs on an image of millions). Each
+    /// inode's own map is checked as [`Volume::walk`] checks it; what a
+    /// walk that keeps everything can add (no block claimed by two inodes,
+    /// a directory reached by two paths) is left to [`Volume::walk`]. A
+    /// directory loop is refused (a directory that is its own ancestor).
+    /// A damaged path is handed over as such and skipped; damage that
+    /// leaves nothing to walk (the root) is the error.
+    pub fn walk_each(&self, mut visit: impl FnMut(Visit<'_>) -> Result<()>) -> Result<()> {
+        let root = self.inode(ROOT_INO)?;
+        if root.file_type() != FileType::Directory || root.links_count == 0 {
+            return Err(Ext4Error::Inode {
+                ino: ROOT_INO,
+                block: root.table_block,
+                reason: format!("the root is not a live directory (mode {:#o}, {} links)", root.mode, root.links_count),
+            });
+        }
+        // `ancestors[d]` is the directory at depth d of the current path.
+        let mut stack: Vec<(Pending, usize)> = vec![((b"/".to_vec(), ROOT_INO, None), 0)];
+        let mut ancestors: Vec<u32> = Vec::new();
+        while let Some(((raw_path, ino, via), depth)) = stack.pop() {
+            ancestors.truncate(depth);
+            let path = String::from_utf8_lossy(&raw_path).into_owned();
+            let named = |reason: String| match &via {
+                Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
+                None => Ext4Error::Inode { ino, block: 0, reason },
+            };
+            let read = || -> Result<(Inode, FileMap, Option<Vec<DirEntry>>)> {
+                if ino > self.superblock().inodes_count {
+                    return Err(named(format!("{path} names inode {ino}, past the last inode")));
+                }
+                let inode = self.inode(ino).map_err(|e| match e {
+                    Ext4Error::Inode { reason, .. } => named(format!("{path} names inode {ino}, which {reason}")),
+                    e => e,
+                })?;
+                if inode.links_count == 0 || inode.mode == 0 {
+                    return Err(named(format!("{path} names inode {ino}, which is not in use")));
+                }
+                let map = self.file_map(&inode)?;
+                let entries = match inode.file_type() {
+                    FileType::Directory if ancestors.contains(&ino) => {
+                        return Err(named(format!("{path} reaches directory inode {ino} again (a loop)")));
+                    }
+                    FileType::Directory => Some(self.read_dir(&inode, &map)?),
+                    _ => None,
+                };
+                Ok((inode, map, entries))
+            };
+            let (inode, map, entries) = match read() {
+                Ok(r) => r,
+                Err(e @ Ext4Error::Io { .. }) => return Err(e),
+                Err(error) if ino != ROOT_INO => {
+                    visit(Visit::Damaged { path: &raw_path, error })?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(entries) = entries {
+                ancestors.push(ino);
+                // Pushed in reverse so that they pop in directory order.
+                for d in entries.into_iter().rev() {
+                    if d.name == b"." || d.name == b".." {
+                        continue;
+                    }
+                    let mut child = raw_path.clone();
+                    if raw_path != b"/" {
+                        child.push(b'/');
+                    }
+                    child.extend_from_slice(&d.name);
+                    stack.push(((child, d.ino, Some((ino, d))), depth + 1));
+                }
+            }
+            visit(Visit::Path(&Entry { path, raw_path, inode, map }))?;
+        }
+        Ok(())
+    }
+}
+
 /// An htree interior node: one empty entry spanning the whole block.
 fn is_dx_node(raw: &[u8]) -> bool {
     le32(raw, 0) == 0 && rec_len(le16(raw, 4), raw.len()) == raw.len()

@@ -57,7 +57,7 @@ pub mod superblock;
 pub mod volume;
 mod xattr;
 
-pub use directory::{DirEntry, Entry, Tree};
+pub use directory::{DirEntry, Entry, Tree, Visit};
 pub use error::{Ext4Error, Result};
 pub use group::GroupDesc;
 pub use inode::{FileType, Inode, MappingKind};
