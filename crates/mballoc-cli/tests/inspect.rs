@@ -280,3 +280,49 @@ fn a_damaged_file_is_reported_and_the_rest_listed() {
     assert_eq!(lines, ["/good: 1 extent found", "/sub/deep: 1 extent found"]);
     assert!(stderr.contains("/bad: damaged: ") && stderr.contains("1 damaged path"), "{stderr}");
 }
+
+/// A file whose extent points into the inode table (debugfs keeps every
+/// checksum valid): the kernel refuses to read it (block_validity's
+/// system zone), and so does inspect, listing the rest. As root the
+/// kernel's verdict is read from a read-only mount of the same image.
+#[test]
+fn a_map_into_metadata_is_refused_as_the_kernel_refuses_it() {
+    if !have("mke2fs") || !have("debugfs") || !have("dumpe2fs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("system-zone");
+    let tree = scratch.0.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("good"), b"good").unwrap();
+    std::fs::write(tree.join("bad"), vec![1u8; 20_000]).unwrap();
+    let img = scratch.0.join("img");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg("16M"));
+    let dump = run(Command::new("dumpe2fs").arg(&img));
+    let table: u64 = dump
+        .lines()
+        .find_map(|l| l.split("Inode table at ").nth(1))
+        .and_then(|r| r.split('-').next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("dumpe2fs names the inode table");
+    // i_block[5] is the first extent's start (after the 12-byte header
+    // and the extent's logical block and length).
+    run(Command::new("debugfs").args(["-w", "-R", &format!("sif /bad block[5] {table}")]).arg(&img));
+    let out = mballoc().args(["inspect", "--files"]).arg(&img).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/good: 1 extent found\n");
+    assert!(stderr.contains("/bad: damaged") && stderr.contains("metadata"), "{stderr}");
+    if !is_root() {
+        eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
+        return;
+    }
+    let mnt = scratch.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
+    let kernel_bad = std::fs::read(mnt.join("bad"));
+    let kernel_good = std::fs::read(mnt.join("good"));
+    run(Command::new("umount").arg(&mnt));
+    assert!(kernel_bad.is_err(), "the kernel read the file inspect refused");
+    assert_eq!(kernel_good.unwrap(), b"good");
+}

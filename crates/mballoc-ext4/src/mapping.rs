@@ -233,6 +233,11 @@ impl<S: BlockSource> Volume<S> {
                 if !self.in_volume(physical, u64::from(len)) {
                     return Err(bad(format!("entry {i} points at blocks {physical}+{len}, outside the volume")));
                 }
+                if let Some(b) = self.system_zone_block(physical, u64::from(len)) {
+                    return Err(bad(format!(
+                        "entry {i} maps logical {logical} onto block {b}, which holds the file system's metadata"
+                    )));
+                }
                 next_lo = logical + u64::from(len);
                 w.claims.claim(physical, u64::from(len), ino)?;
                 w.map.extents.push(Extent { logical, physical, len: u32::from(len), unwritten });
@@ -249,6 +254,9 @@ impl<S: BlockSource> Volume<S> {
             }
             if !self.in_volume(child, 1) {
                 return Err(bad(format!("index {i} points at block {child}, outside the volume")));
+            }
+            if self.system_zone_block(child, 1).is_some() {
+                return Err(bad(format!("index {i} points at block {child}, which holds the file system's metadata")));
             }
             w.claims.claim(child, 1, ino).map_err(|e| match e {
                 Ext4Error::Overlap { first, .. } if first == ino => {
@@ -290,11 +298,14 @@ impl<S: BlockSource> Volume<S> {
     }
 
     fn check_pointer(&self, ino: u32, from: u64, p: u64) -> Result<()> {
-        if self.in_volume(p, 1) {
-            Ok(())
+        let reason = if !self.in_volume(p, 1) {
+            format!("pointer to block {p}, outside the volume")
+        } else if self.system_zone_block(p, 1).is_some() {
+            format!("pointer to block {p}, which holds the file system's metadata")
         } else {
-            Err(Ext4Error::Indirect { ino, block: from, reason: format!("pointer to block {p}, outside the volume") })
-        }
+            return Ok(());
+        };
+        Err(Ext4Error::Indirect { ino, block: from, reason })
     }
 
     /// Indirect block `block` of level `level` (1: it holds data

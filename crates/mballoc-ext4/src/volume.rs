@@ -26,6 +26,12 @@ pub struct Volume<S> {
     /// Bitmaps and inode tables of BLOCK_UNINIT groups, sorted: they are
     /// in use wherever they sit, though no written bitmap says so.
     uninit_meta: Vec<(u64, u64)>,
+    /// The kernel's "system zone": every block of the file system's own
+    /// metadata (superblock and descriptor copies, reserved descriptor
+    /// blocks, bitmaps, inode tables), merged runs `(start, len)`,
+    /// ascending. A file that maps into it is refused, as block_validity
+    /// refuses it.
+    system_zone: Vec<(u64, u64)>,
 }
 
 impl<S: BlockSource> Volume<S> {
@@ -42,7 +48,7 @@ impl<S: BlockSource> Volume<S> {
         if len < bytes {
             return Err(Ext4Error::Truncated { what: "the volume's last block", block: sb.blocks_count - 1, len });
         }
-        let mut vol = Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new() };
+        let mut vol = Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new(), system_zone: Vec::new() };
         vol.read_descriptors()?;
         Ok(vol)
     }
@@ -69,9 +75,33 @@ impl<S: BlockSource> Volume<S> {
             }
         }
         uninit.sort_unstable();
+        let mut zone: Vec<(u64, u64)> = Vec::with_capacity(groups.len() * 4);
+        for (g, d) in groups.iter().enumerate() {
+            zone.extend(crate::group::base_metadata(sb, g as u32));
+            zone.push((d.block_bitmap, 1));
+            zone.push((d.inode_bitmap, 1));
+            zone.push((d.inode_table, u64::from(sb.inode_table_blocks())));
+        }
+        zone.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(zone.len());
+        for (start, len) in zone {
+            match merged.last_mut() {
+                Some((s, l)) if start <= *s + *l => *l = (*l).max(start + len - *s),
+                _ => merged.push((start, len)),
+            }
+        }
         self.groups = groups;
         self.uninit_meta = uninit;
+        self.system_zone = merged;
         Ok(())
+    }
+
+    /// The first block of `[start, start + len)` that holds the file
+    /// system's own metadata, if any (the kernel's block_validity check).
+    pub fn system_zone_block(&self, start: u64, len: u64) -> Option<u64> {
+        let end = start.saturating_add(len);
+        let i = self.system_zone.partition_point(|&(s, l)| s + l <= start);
+        self.system_zone.get(i).filter(|&&(s, _)| s < end).map(|&(s, _)| s.max(start))
     }
 
     /// The superblock.
