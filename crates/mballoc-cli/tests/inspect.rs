@@ -281,48 +281,63 @@ fn a_damaged_file_is_reported_and_the_rest_listed() {
     assert!(stderr.contains("/bad: damaged: ") && stderr.contains("1 damaged path"), "{stderr}");
 }
 
-/// A file whose extent points into the inode table (debugfs keeps every
-/// checksum valid): the kernel refuses to read it (block_validity's
-/// system zone), and so does inspect, listing the rest. As root the
-/// kernel's verdict is read from a read-only mount of the same image.
+/// Inodes the kernel refuses to read (its block_validity system zone and
+/// `__ext4_iget`'s checks), each made with debugfs (which keeps every
+/// checksum valid): inspect reports the file as damaged and lists the
+/// rest. As root the kernel's verdict is read from a read-only mount of
+/// the same image, and must agree.
 #[test]
-fn a_map_into_metadata_is_refused_as_the_kernel_refuses_it() {
+fn inodes_the_kernel_refuses_are_refused() {
     if !have("mke2fs") || !have("debugfs") || !have("dumpe2fs") {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("system-zone");
-    let tree = scratch.0.join("tree");
-    std::fs::create_dir_all(&tree).unwrap();
-    std::fs::write(tree.join("good"), b"good").unwrap();
-    std::fs::write(tree.join("bad"), vec![1u8; 20_000]).unwrap();
-    let img = scratch.0.join("img");
-    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg("16M"));
-    let dump = run(Command::new("dumpe2fs").arg(&img));
-    let table: u64 = dump
-        .lines()
-        .find_map(|l| l.split("Inode table at ").nth(1))
-        .and_then(|r| r.split('-').next())
-        .and_then(|n| n.trim().parse().ok())
-        .expect("dumpe2fs names the inode table");
     // i_block[5] is the first extent's start (after the 12-byte header
-    // and the extent's logical block and length).
-    run(Command::new("debugfs").args(["-w", "-R", &format!("sif /bad block[5] {table}")]).arg(&img));
-    let out = mballoc().args(["inspect", "--files"]).arg(&img).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "/good: 1 extent found\n");
-    assert!(stderr.contains("/bad: damaged") && stderr.contains("metadata"), "{stderr}");
-    if !is_root() {
-        eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
-        return;
+    // and the extent's logical block and length); TABLE is replaced by
+    // the inode table's first block.
+    let cases = [
+        ("an extent into the inode table", "block[5] TABLE"),
+        ("an extended-attribute block in the inode table", "file_acl TABLE"),
+        ("i_extra_isize not a multiple of 4", "extra_isize 30"),
+        ("a negative i_size", "size 0x8000000000000000"),
+    ];
+    for (what, field) in cases {
+        let scratch = Scratch::new("refused");
+        let tree = scratch.0.join("tree");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::write(tree.join("good"), b"good").unwrap();
+        std::fs::write(tree.join("bad"), vec![1u8; 20_000]).unwrap();
+        let img = scratch.0.join("img");
+        run(Command::new("mke2fs")
+            .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256", "-d"])
+            .arg(&tree)
+            .arg(&img)
+            .arg("16M"));
+        let dump = run(Command::new("dumpe2fs").arg(&img));
+        let table: u64 = dump
+            .lines()
+            .find_map(|l| l.split("Inode table at ").nth(1))
+            .and_then(|r| r.split('-').next())
+            .and_then(|n| n.trim().parse().ok())
+            .expect("dumpe2fs names the inode table");
+        let set = format!("sif /bad {}", field.replace("TABLE", &table.to_string()));
+        run(Command::new("debugfs").args(["-w", "-R", &set]).arg(&img));
+        let out = mballoc().args(["inspect", "--files"]).arg(&img).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "/good: 1 extent found\n", "{what}");
+        assert!(stderr.contains("/bad: damaged"), "{what}: {stderr}");
+        if !is_root() {
+            eprintln!("skipped: the kernel's verdict on {what} needs root (a loop mount)");
+            continue;
+        }
+        let mnt = scratch.0.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
+        let kernel_bad = std::fs::read(mnt.join("bad"));
+        let kernel_good = std::fs::read(mnt.join("good"));
+        run(Command::new("umount").arg(&mnt));
+        assert!(kernel_bad.is_err(), "{what}: the kernel read the file inspect refused");
+        assert_eq!(kernel_good.unwrap(), b"good", "{what}");
     }
-    let mnt = scratch.0.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
-    let kernel_bad = std::fs::read(mnt.join("bad"));
-    let kernel_good = std::fs::read(mnt.join("good"));
-    run(Command::new("umount").arg(&mnt));
-    assert!(kernel_bad.is_err(), "the kernel read the file inspect refused");
-    assert_eq!(kernel_good.unwrap(), b"good");
 }

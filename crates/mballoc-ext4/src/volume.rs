@@ -275,16 +275,24 @@ impl<S: BlockSource> Volume<S> {
                 return Err(Ext4Error::Checksum { structure: format!("inode {ino}"), block, stored, computed });
             }
         }
-        if raw.len() > 128 && 128 + usize::from(crate::bytes::le16(&raw, 0x80)) > raw.len() {
-            return Err(Ext4Error::Inode {
-                ino,
-                block,
-                reason: format!(
-                    "i_extra_isize {} runs past the {}-byte inode",
-                    crate::bytes::le16(&raw, 0x80),
-                    raw.len()
-                ),
-            });
+        let bad = |reason: String| Err(Ext4Error::Inode { ino, block, reason });
+        // The checks the kernel makes before it trusts an inode
+        // (`__ext4_iget`): each of these makes it refuse the inode.
+        let extra = usize::from(crate::bytes::le16(&raw, 0x80));
+        if raw.len() > 128 && (128 + extra > raw.len() || extra % 4 != 0) {
+            return bad(format!("i_extra_isize {extra} is not a multiple of 4 inside the {}-byte inode", raw.len()));
+        }
+        let size = u64::from(crate::bytes::le32(&raw, 0x4)) | (u64::from(crate::bytes::le32(&raw, 0x6C)) << 32);
+        if size > i64::MAX as u64 {
+            return bad(format!("i_size {size} is negative as the kernel reads it"));
+        }
+        let acl = u64::from(crate::bytes::le32(&raw, 0x68)) | (u64::from(crate::bytes::le16(&raw, 0x76)) << 32);
+        if acl != 0
+            && (acl < u64::from(sb.first_data_block)
+                || acl >= sb.blocks_count
+                || self.system_zone_block(acl, 1).is_some())
+        {
+            return bad(format!("its extended-attribute block {acl} is outside the volume or holds its metadata"));
         }
         Ok(Inode::parse(sb, ino, &raw, block))
     }
