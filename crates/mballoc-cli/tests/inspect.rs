@@ -341,3 +341,38 @@ fn inodes_the_kernel_refuses_are_refused() {
         assert_eq!(kernel_good.unwrap(), b"good", "{what}");
     }
 }
+
+/// Descriptor counters no group can have (debugfs, checksum recomputed):
+/// the kernel mounts the volume and reads its files, and so does inspect.
+#[test]
+fn counters_the_kernel_tolerates_are_tolerated() {
+    if !have("mke2fs") || !have("debugfs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("counters");
+    let tree = scratch.0.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("good"), b"good").unwrap();
+    let img = scratch.0.join("img");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg("16M"));
+    for set in ["set_bg 0 itable_unused 60000", "set_bg 0 free_blocks_count 60000", "set_bg 0 checksum calc"] {
+        run(Command::new("debugfs").args(["-w", "-R", set]).arg(&img));
+    }
+    for mode in ["--files", "--groups", "--freefrag"] {
+        let out = mballoc().args(["inspect", mode]).arg(&img).output().unwrap();
+        assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let files = run(mballoc().args(["inspect", "--files"]).arg(&img));
+    assert_eq!(files, "/good: 1 extent found\n");
+    if !is_root() {
+        eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
+        return;
+    }
+    let mnt = scratch.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
+    let read = std::fs::read(mnt.join("good"));
+    run(Command::new("umount").arg(&mnt));
+    assert_eq!(read.unwrap(), b"good", "the kernel reads it too");
+}

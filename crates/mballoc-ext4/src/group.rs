@@ -148,13 +148,14 @@ pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: Check
             )));
         }
     }
-    if d.free_blocks > sb.clusters_per_group {
-        return Err(bad(format!("{} free clusters in a group of {}", d.free_blocks, sb.clusters_per_group)));
-    }
-    if d.itable_unused > sb.inodes_per_group {
-        return Err(bad(format!("{} unused inodes in a group of {}", d.itable_unused, sb.inodes_per_group)));
-    }
-    Ok(d)
+    // Counters the kernel tolerates (it mounts and reads such a volume:
+    // they guide allocation, not reading) are tolerated, clamped to what
+    // a group can hold.
+    Ok(GroupDesc {
+        free_blocks: d.free_blocks.min(sb.clusters_per_group),
+        itable_unused: d.itable_unused.min(sb.inodes_per_group),
+        ..d
+    })
 }
 
 /// The 16-bit descriptor checksum: crc32c-based with metadata_csum, crc16

@@ -259,11 +259,14 @@ impl<S: BlockSource> Volume<S> {
         let isz = u64::from(sb.inode_size);
         let byte = u64::from(idx) * isz;
         let block = d.inode_table + byte / u64::from(sb.block_size);
-        if sb.group_csum() && (d.inode_uninit() || idx >= sb.inodes_per_group - d.itable_unused) {
+        // A group whose inode table was never initialized holds no inode;
+        // `itable_unused` only guides allocation (the kernel reads an inode
+        // past it all the same).
+        if sb.group_csum() && d.inode_uninit() {
             return Err(Ext4Error::Inode {
                 ino,
                 block,
-                reason: format!("lies in the unused part of group {g}'s inode table"),
+                reason: format!("lies in group {g}, whose inode table is not initialized"),
             });
         }
         let offset = d.inode_table * u64::from(sb.block_size) + byte;
