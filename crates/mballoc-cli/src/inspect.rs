@@ -44,7 +44,18 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
         write!(out, "{}", freefrag(&vol, &image.display().to_string())?)?;
     }
     if m.groups {
-        write!(out, "{}", mballoc_ext4::engine::allocator(&vol)?.mb_groups_report())?;
+        let alloc = mballoc_ext4::engine::allocator(&vol)?;
+        // The kernel marks a group whose bitmap's free count differs from
+        // its descriptor's corrupt when it builds the buddy, and says so
+        // at the end of the group's line.
+        for (g, line) in alloc.mb_groups_report().lines().enumerate() {
+            let corrupt = g > 0
+                && vol
+                    .groups()
+                    .get(g - 1)
+                    .is_some_and(|d| alloc.group_info(g as u32 - 1).is_ok_and(|i| i.free != d.free_blocks));
+            writeln!(out, "{line}{}", if corrupt { " Block bitmap corrupted!" } else { "" })?;
+        }
     }
     if m.files {
         // Streamed: each line as its file is reached, nothing of the tree

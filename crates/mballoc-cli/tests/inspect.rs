@@ -365,6 +365,10 @@ fn counters_the_kernel_tolerates_are_tolerated() {
     }
     let files = run(mballoc().args(["inspect", "--files"]).arg(&img));
     assert_eq!(files, "/good: 1 extent found\n");
+    // The free count disagrees with the bitmap: the kernel's mb_groups
+    // marks the group.
+    let groups = run(mballoc().args(["inspect", "--groups"]).arg(&img));
+    assert!(groups.lines().nth(1).unwrap().ends_with("] Block bitmap corrupted!"), "{groups}");
     if !is_root() {
         eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
         return;
@@ -373,6 +377,10 @@ fn counters_the_kernel_tolerates_are_tolerated() {
     std::fs::create_dir_all(&mnt).unwrap();
     run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
     let read = std::fs::read(mnt.join("good"));
+    let dev = run(Command::new("findmnt").args(["-n", "-o", "SOURCE"]).arg(&mnt));
+    let name = dev.trim().rsplit('/').next().unwrap().to_string();
+    let kernel_groups = std::fs::read_to_string(format!("/proc/fs/ext4/{name}/mb_groups"));
     run(Command::new("umount").arg(&mnt));
     assert_eq!(read.unwrap(), b"good", "the kernel reads it too");
+    assert_eq!(kernel_groups.unwrap(), groups, "inspect --groups against the kernel's mb_groups");
 }

@@ -149,13 +149,10 @@ pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: Check
         }
     }
     // Counters the kernel tolerates (it mounts and reads such a volume:
-    // they guide allocation, not reading) are tolerated, clamped to what
-    // a group can hold.
-    Ok(GroupDesc {
-        free_blocks: d.free_blocks.min(sb.clusters_per_group),
-        itable_unused: d.itable_unused.min(sb.inodes_per_group),
-        ..d
-    })
+    // they guide allocation, not reading) are tolerated: `itable_unused`
+    // clamped to what a group holds; the free count kept as stored, for
+    // the kernel's own comparison with the bitmap (`mb_groups`).
+    Ok(GroupDesc { itable_unused: d.itable_unused.min(sb.inodes_per_group), ..d })
 }
 
 /// The 16-bit descriptor checksum: crc32c-based with metadata_csum, crc16
