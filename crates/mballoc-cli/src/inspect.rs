@@ -8,17 +8,30 @@ use std::fmt::Write;
 use std::io::Write as _;
 use std::path::Path;
 
-/// Which reports `inspect` prints (none: the summary).
-#[derive(Debug, Clone, Copy)]
-pub struct Modes {
-    pub freefrag: bool,
-    pub groups: bool,
-    pub files: bool,
+/// One of `inspect`'s reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Freefrag,
+    Groups,
+    Files,
+}
+
+/// The reports asked for, in the order the command line asks for them
+/// (`inspect IMG --groups --freefrag` prints the groups first).
+pub fn modes_in_order(args: &[String], freefrag: bool, groups: bool, files: bool) -> Vec<Mode> {
+    let mut order: Vec<(usize, Mode)> =
+        [("--freefrag", freefrag, Mode::Freefrag), ("--groups", groups, Mode::Groups), ("--files", files, Mode::Files)]
+            .into_iter()
+            .filter(|&(_, on, _)| on)
+            .map(|(flag, _, m)| (args.iter().position(|a| a == flag).unwrap_or(usize::MAX), m))
+            .collect();
+    order.sort_by_key(|&(at, _)| at);
+    order.into_iter().map(|(_, m)| m).collect()
 }
 
 /// `mballoc inspect` on an ext4 image (`IMAGE?offset=N` or `offset`: the
 /// file system starts that many bytes in).
-pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::ChecksumPolicy, m: Modes) -> Result<()> {
+pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::ChecksumPolicy, order: &[Mode]) -> Result<()> {
     let (image, offset) = split_offset(image, offset)?;
     if std::fs::metadata(&image).is_ok_and(|m| m.is_file() && m.len() == 0) {
         anyhow::bail!("reading {}: the image is empty", image.display());
@@ -33,64 +46,68 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
         Err(e) => return Err(e).with_context(|| format!("reading {}", image.display())),
     };
     let mut out = std::io::stdout().lock();
-    if !(m.freefrag || m.groups || m.files) {
+    if order.is_empty() {
         write!(out, "{}", summary(&vol, &image)?)?;
     } else if vol.superblock().needs_recovery() {
         // The summary says it in its own lines; every other report says it
         // where a reader of the report will see it.
         eprintln!("warning: {}: the journal needs recovery; this view predates it", image.display());
     }
-    if m.freefrag {
-        write!(out, "{}", freefrag(&vol, &image.display().to_string())?)?;
-    }
-    if m.groups {
-        let alloc = mballoc_ext4::engine::allocator(&vol)?;
-        // The kernel marks a group whose bitmap's free count differs from
-        // its descriptor's corrupt when it builds the buddy, and says so
-        // at the end of the group's line.
-        for (g, line) in alloc.mb_groups_report().lines().enumerate() {
-            let corrupt = g > 0
-                && vol
-                    .groups()
-                    .get(g - 1)
-                    .is_some_and(|d| alloc.group_info(g as u32 - 1).is_ok_and(|i| i.free != d.free_blocks));
-            writeln!(out, "{line}{}", if corrupt { " Block bitmap corrupted!" } else { "" })?;
-        }
-    }
-    if m.files {
-        // Streamed: each line as its file is reached, nothing of the tree
-        // kept (memory follows the depth, not the file count). A file the
-        // kernel would refuse is reported and skipped; the rest is listed.
-        let mut write_err = None;
-        let mut damaged = 0u64;
-        let walked = vol.walk_each(|v| {
-            if write_err.is_some() {
-                return Ok(());
+    for &mode in order {
+        match mode {
+            Mode::Freefrag => {
+                write!(out, "{}", freefrag(&vol, &image.display().to_string())?)?;
             }
-            let line = match v {
-                mballoc_ext4::Visit::Path(e) if e.inode.file_type() == mballoc_ext4::FileType::Regular => {
-                    let n = e.map.filefrag_extents();
-                    // The name's own bytes, as filefrag prints them.
-                    out.write_all(&e.raw_path)
-                        .and_then(|()| writeln!(out, ": {n} extent{} found", if n == 1 { "" } else { "s" }))
+            Mode::Groups => {
+                let alloc = mballoc_ext4::engine::allocator(&vol)?;
+                // The kernel marks a group whose bitmap's free count differs from
+                // its descriptor's corrupt when it builds the buddy, and says so
+                // at the end of the group's line.
+                for (g, line) in alloc.mb_groups_report().lines().enumerate() {
+                    let corrupt = g > 0
+                        && vol
+                            .groups()
+                            .get(g - 1)
+                            .is_some_and(|d| alloc.group_info(g as u32 - 1).is_ok_and(|i| i.free != d.free_blocks));
+                    writeln!(out, "{line}{}", if corrupt { " Block bitmap corrupted!" } else { "" })?;
                 }
-                mballoc_ext4::Visit::Path(_) => Ok(()),
-                mballoc_ext4::Visit::Damaged { path, error } => {
-                    damaged += 1;
-                    let mut err = std::io::stderr().lock();
-                    err.write_all(path).and_then(|()| writeln!(err, ": damaged: {error}"))
-                }
-            };
-            if let Err(e) = line {
-                write_err = Some(e);
             }
-            Ok(())
-        });
-        if let Some(err) = write_err {
-            return Err(err.into());
+            Mode::Files => {
+                // Streamed: each line as its file is reached, nothing of the tree
+                // kept (memory follows the depth, not the file count). A file the
+                // kernel would refuse is reported and skipped; the rest is listed.
+                let mut write_err = None;
+                let mut damaged = 0u64;
+                let walked = vol.walk_each(|v| {
+                    if write_err.is_some() {
+                        return Ok(());
+                    }
+                    let line = match v {
+                        mballoc_ext4::Visit::Path(e) if e.inode.file_type() == mballoc_ext4::FileType::Regular => {
+                            let n = e.map.filefrag_extents();
+                            // The name's own bytes, as filefrag prints them.
+                            out.write_all(&e.raw_path)
+                                .and_then(|()| writeln!(out, ": {n} extent{} found", if n == 1 { "" } else { "s" }))
+                        }
+                        mballoc_ext4::Visit::Path(_) => Ok(()),
+                        mballoc_ext4::Visit::Damaged { path, error } => {
+                            damaged += 1;
+                            let mut err = std::io::stderr().lock();
+                            err.write_all(path).and_then(|()| writeln!(err, ": damaged: {error}"))
+                        }
+                    };
+                    if let Err(e) = line {
+                        write_err = Some(e);
+                    }
+                    Ok(())
+                });
+                if let Some(err) = write_err {
+                    return Err(err.into());
+                }
+                walked?;
+                anyhow::ensure!(damaged == 0, "{}: {damaged} damaged path(s), listed above", image.display());
+            }
         }
-        walked?;
-        anyhow::ensure!(damaged == 0, "{}: {damaged} damaged path(s), listed above", image.display());
     }
     Ok(())
 }
@@ -195,7 +212,7 @@ pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path) -> Result<String> 
 /// as for an ext4 image, from the committed state (a snapshot open, which
 /// replays the journal in memory, writes nothing, and works beside a
 /// mount that is writing the volume).
-pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Result<String> {
+pub fn own_volume(image: &Path, order: &[Mode]) -> Result<String> {
     use mballoc_vol::{Access, FileDevice, MountOptions, OpenMode};
     let dev = FileDevice::open(image, OpenMode::Snapshot)?;
     let vol = mballoc_vol::Volume::open(
@@ -205,7 +222,7 @@ pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Re
     let sb = vol.superblock();
     let alloc = vol.fs().allocator();
     let mut o = String::new();
-    if !(freefrag || groups || files) {
+    if order.is_empty() {
         writeln!(o, "Volume: {} (mballoc format)", image.display())?;
         writeln!(o, "Block size: {} bytes", sb.block_size)?;
         writeln!(o, "Blocks: {} ({} free)", sb.total_blocks, alloc.free_blocks())?;
@@ -223,24 +240,26 @@ pub fn own_volume(image: &Path, freefrag: bool, groups: bool, files: bool) -> Re
         });
         writeln!(o, "Free: {free} blocks in {runs} extents")?;
     }
-    if freefrag {
-        let mut h = FreeSpaceHistogram::new(sb.block_size, sb.total_blocks, alloc.free_blocks());
-        alloc.for_each_free_extent(|_, len| h.add(len));
-        o.push_str(&h.render(&image.display().to_string()));
-    }
-    if groups {
-        o.push_str(&alloc.mb_groups_report());
-    }
-    if files {
-        let mut stack = vec![(vol.root(), String::new())];
-        while let Some((dir, prefix)) = stack.pop() {
-            for e in vol.read_dir(dir)? {
-                let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
-                if e.is_dir {
-                    stack.push((e.ino, path));
-                } else {
-                    let n = filefrag_of(&vol, e.ino)?;
-                    writeln!(o, "{path}: {n} extent{} found", if n == 1 { "" } else { "s" })?;
+    for &mode in order {
+        match mode {
+            Mode::Freefrag => {
+                let mut h = FreeSpaceHistogram::new(sb.block_size, sb.total_blocks, alloc.free_blocks());
+                alloc.for_each_free_extent(|_, len| h.add(len));
+                o.push_str(&h.render(&image.display().to_string()));
+            }
+            Mode::Groups => o.push_str(&alloc.mb_groups_report()),
+            Mode::Files => {
+                let mut stack = vec![(vol.root(), String::new())];
+                while let Some((dir, prefix)) = stack.pop() {
+                    for e in vol.read_dir(dir)? {
+                        let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
+                        if e.is_dir {
+                            stack.push((e.ino, path));
+                        } else {
+                            let n = filefrag_of(&vol, e.ino)?;
+                            writeln!(o, "{path}: {n} extent{} found", if n == 1 { "" } else { "s" })?;
+                        }
+                    }
                 }
             }
         }

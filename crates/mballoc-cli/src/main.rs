@@ -411,14 +411,15 @@ fn run() -> Result<()> {
         Cmd::Man { out } => shell::man(&out),
         Cmd::Check { volume, repair, force } => volume_cmd::check(&volume, repair, &force),
         Cmd::Inspect { image, freefrag, groups, files, offset: 0, .. } if inspect::is_own_volume(&image) => {
-            let out = inspect::own_volume(&image, freefrag, groups, files)
-                .with_context(|| format!("reading {}", image.display()))?;
+            let order = inspect::modes_in_order(&std::env::args().collect::<Vec<_>>(), freefrag, groups, files);
+            let out = inspect::own_volume(&image, &order).with_context(|| format!("reading {}", image.display()))?;
             print!("{out}");
             Ok(())
         }
         Cmd::Inspect { image, freefrag, groups, files, ignore_checksums, offset } => {
             let policy = if ignore_checksums { ChecksumPolicy::Ignore } else { ChecksumPolicy::Verify };
-            inspect::ext4(&image, offset, policy, inspect::Modes { freefrag, groups, files })
+            let order = inspect::modes_in_order(&std::env::args().collect::<Vec<_>>(), freefrag, groups, files);
+            inspect::ext4(&image, offset, policy, &order)
         }
         Cmd::Lab { cmd: LabCmd::List } => {
             for s in scenarios::ALL {

@@ -384,3 +384,18 @@ fn counters_the_kernel_tolerates_are_tolerated() {
     assert_eq!(read.unwrap(), b"good", "the kernel reads it too");
     assert_eq!(kernel_groups.unwrap(), groups, "inspect --groups against the kernel's mb_groups");
 }
+
+#[test]
+fn combined_reports_come_in_the_order_asked() {
+    if !have("mke2fs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("order");
+    let img = scratch.0.join("img");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096"]).arg(&img).arg("16M"));
+    let a = run(mballoc().arg("inspect").arg(&img).args(["--groups", "--freefrag"]));
+    let b = run(mballoc().arg("inspect").arg(&img).args(["--freefrag", "--groups"]));
+    assert!(a.starts_with("#group:") && a.contains("\nDevice: "), "{a}");
+    assert!(b.starts_with("Device: ") && b.contains("\n#group:"), "{b}");
+}
