@@ -153,6 +153,19 @@ fn inspect_matches_e2freefrag_and_filefrag_on_mkfs_variants() {
         }
         let groups = run(mballoc().args(["inspect", "--groups"]).arg(&img));
         assert!(groups.starts_with("#group: free"), "{name}: {groups}");
+        if root {
+            // The kernel's own mb_groups on a fresh read-only mount (its
+            // buddies built from the same bitmaps, no preallocation yet).
+            let mnt = scratch.0.join("mnt");
+            std::fs::create_dir_all(&mnt).unwrap();
+            run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
+            let dev = run(Command::new("findmnt").args(["-n", "-o", "SOURCE"]).arg(&mnt));
+            let proc = format!("/proc/fs/ext4/{}/mb_groups", dev.trim().rsplit('/').next().unwrap());
+            let kernel = std::fs::read_to_string(proc);
+            run(Command::new("umount").arg(&mnt));
+            std::fs::remove_dir(&mnt).unwrap();
+            assert_eq!(groups, kernel.unwrap(), "{name}: inspect --groups against the kernel's mb_groups");
+        }
         if let Some(mut expected) = expected_files {
             let mut got: Vec<String> =
                 run(mballoc().args(["inspect", "--files"]).arg(&img)).lines().map(str::to_string).collect();
