@@ -313,6 +313,8 @@ fn inodes_the_kernel_refuses_are_refused() {
         ("an extended-attribute block in the inode table", "file_acl TABLE"),
         ("i_extra_isize not a multiple of 4", "extra_isize 30"),
         ("a negative i_size", "size 0x8000000000000000"),
+        ("the casefold flag without the feature", "flags 0x40080000"),
+        ("the inline-data flag without the feature", "flags 0x10000000"),
     ];
     for (what, field) in cases {
         let scratch = Scratch::new("refused");
@@ -411,4 +413,32 @@ fn combined_reports_come_in_the_order_asked() {
     let b = run(mballoc().arg("inspect").arg(&img).args(["--freefrag", "--groups"]));
     assert!(a.starts_with("#group:") && a.contains("\nDevice: "), "{a}");
     assert!(b.starts_with("Device: ") && b.contains("\n#group:"), "{b}");
+}
+
+/// A first inode below the reserved ones: the kernel will not mount it,
+/// and inspect refuses it too.
+#[test]
+fn a_first_inode_among_the_reserved_ones_is_refused() {
+    if !have("mke2fs") || !have("debugfs") {
+        eprintln!("skipped: e2fsprogs not installed");
+        return;
+    }
+    let scratch = Scratch::new("first-ino");
+    let img = scratch.0.join("img");
+    run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096"]).arg(&img).arg("16M"));
+    run(Command::new("debugfs").args(["-w", "-R", "ssv first_ino 5"]).arg(&img));
+    let out = mballoc().args(["inspect", "--files"]).arg(&img).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("first inode 5"));
+    if !is_root() {
+        eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
+        return;
+    }
+    let mnt = scratch.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).output().unwrap();
+    if mounted.status.success() {
+        run(Command::new("umount").arg(&mnt));
+    }
+    assert!(!mounted.status.success(), "the kernel mounted what inspect refused");
 }

@@ -12,6 +12,7 @@ pub mod iflags {
     pub const HUGE_FILE: u32 = 0x40000;
     pub const EXTENTS: u32 = 0x80000;
     pub const INLINE_DATA: u32 = 0x1000_0000;
+    pub const CASEFOLD: u32 = 0x4000_0000;
 }
 
 /// Root directory inode number.

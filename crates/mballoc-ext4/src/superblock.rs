@@ -251,6 +251,10 @@ impl Superblock {
         if !inode_size.is_power_of_two() || inode_size < 128 || u32::from(inode_size) > block_size {
             return Err(geo(format!("inode size {inode_size}")));
         }
+        // The kernel refuses to mount below the reserved inodes.
+        if first_ino < 11 {
+            return Err(geo(format!("first inode {first_ino}: inodes 1-10 are reserved")));
+        }
         let log_groups_per_flex = b[0x174];
         if feature_incompat & incompat::FLEX_BG != 0 && log_groups_per_flex > 31 {
             return Err(geo(format!("2^{log_groups_per_flex} groups per flex group")));

@@ -283,11 +283,11 @@ impl<S: BlockSource> Volume<S> {
         // (`__ext4_iget`): each of these makes it refuse the inode.
         let extra = usize::from(crate::bytes::le16(&raw, 0x80));
         if raw.len() > 128 && (128 + extra > raw.len() || extra % 4 != 0) {
-            return bad(format!("i_extra_isize {extra} is not a multiple of 4 inside the {}-byte inode", raw.len()));
+            return bad(format!("has i_extra_isize {extra}, not a multiple of 4 inside the {}-byte inode", raw.len()));
         }
         let size = u64::from(crate::bytes::le32(&raw, 0x4)) | (u64::from(crate::bytes::le32(&raw, 0x6C)) << 32);
         if size > i64::MAX as u64 {
-            return bad(format!("i_size {size} is negative as the kernel reads it"));
+            return bad(format!("has i_size {size}, negative as the kernel reads it"));
         }
         let acl = u64::from(crate::bytes::le32(&raw, 0x68)) | (u64::from(crate::bytes::le16(&raw, 0x76)) << 32);
         if acl != 0
@@ -295,7 +295,16 @@ impl<S: BlockSource> Volume<S> {
                 || acl >= sb.blocks_count
                 || self.system_zone_block(acl, 1).is_some())
         {
-            return bad(format!("its extended-attribute block {acl} is outside the volume or holds its metadata"));
+            return bad(format!("has its extended-attribute block {acl} outside the volume or in its metadata"));
+        }
+        let flags = crate::bytes::le32(&raw, 0x20);
+        use crate::inode::iflags;
+        use crate::superblock::incompat;
+        if flags & iflags::INLINE_DATA != 0 && !sb.has_incompat(incompat::INLINE_DATA) {
+            return bad("has the inline-data flag on a volume without inline_data".into());
+        }
+        if flags & iflags::CASEFOLD != 0 && !sb.has_incompat(incompat::CASEFOLD) {
+            return bad("has the casefold flag on a volume without casefold".into());
         }
         Ok(Inode::parse(sb, ino, &raw, block))
     }
