@@ -10,15 +10,24 @@ use std::path::PathBuf;
 
 /// `mballoc lab fidelity`: each case on ext4 and on the engine's kernel
 /// profile, compared.
-pub fn run(
-    files: &[PathBuf],
-    quick: bool,
-    only: &[String],
-    detail: bool,
-    out: &std::path::Path,
-    json: bool,
-    keep: Option<&std::path::Path>,
-) -> Result<()> {
+/// How a fidelity run runs and what it requires.
+pub struct How<'a> {
+    /// Smaller built-in cases.
+    pub quick: bool,
+    /// Histograms and mb_stats side by side.
+    pub detail: bool,
+    /// JSON on stdout.
+    pub json: bool,
+    /// Where to keep each case's material.
+    pub keep: Option<&'a std::path::Path>,
+    /// The least share of identical files, percent, below which the run
+    /// fails.
+    pub require: f64,
+}
+
+pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<'_>) -> Result<()> {
+    let How { quick, detail, json, keep, require } = *how;
+    anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
     use mballoc_lab::fidelity::{self, Case};
     if !mballoc_lab::sys::is_root() {
         println!("fidelity: skipped (needs root for loop mounts and tracefs)");
@@ -61,6 +70,7 @@ pub fn run(
         ],
     );
     let mut results = Vec::new();
+    let mut divergences = Vec::new();
     let mut failed = 0;
     for (k, case) in cases.iter().enumerate() {
         if !json {
@@ -82,8 +92,9 @@ pub fn run(
                     .set("engine_free_extents", a.free_extents.1 as f64);
                 rep.rows.push(row);
                 if let Some(d) = &a.first_divergence {
-                    rep.notes
-                        .push(format!("{}: first divergence: kernel {} / engine {}", case.name, d.kernel, d.engine));
+                    let line = format!("{}: first divergence: kernel {} / engine {}", case.name, d.kernel, d.engine);
+                    rep.notes.push(line.clone());
+                    divergences.push(line);
                 }
                 results.push(a);
             }
@@ -136,6 +147,12 @@ skipped: {why}
     }
     if failed > 0 {
         bail!("{failed} case(s) failed");
+    }
+    if pct(fi, ft) < require {
+        for d in &divergences {
+            eprintln!("fidelity: {d}");
+        }
+        bail!("files identical {:.1}% is below the required {require}%", pct(fi, ft));
     }
     Ok(())
 }

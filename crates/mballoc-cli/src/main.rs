@@ -268,6 +268,10 @@ enum LabCmd {
         /// layouts in this directory.
         #[arg(long, value_name = "DIR")]
         keep: Option<PathBuf>,
+        /// Exit 1 when fewer files than this share are identical to the
+        /// kernel's (percent).
+        #[arg(long, value_name = "PCT", default_value_t = 100.0)]
+        require: f64,
     },
     /// Replay a kernel allocation trace (tracefs text; see the lab's
     /// kernel_trace docs) against the image it started from.
@@ -496,8 +500,9 @@ fn run() -> Result<()> {
             w.flush()?;
             Ok(())
         }
-        Cmd::Lab { cmd: LabCmd::Fidelity { workloads, quick, cases, detail, out, json, keep } } => {
-            fidelity_cmd::run(&workloads, quick, &cases, detail, &out, json, keep.as_deref())
+        Cmd::Lab { cmd: LabCmd::Fidelity { workloads, quick, cases, detail, out, json, keep, require } } => {
+            let how = fidelity_cmd::How { quick, detail, json, keep: keep.as_deref(), require };
+            fidelity_cmd::run(&workloads, &cases, &out, &how)
         }
         Cmd::Lab { cmd: LabCmd::Replay { trace, image, dev, optimize_scan, json } } => {
             let text = std::fs::read_to_string(&trace).with_context(|| trace.display().to_string())?;
