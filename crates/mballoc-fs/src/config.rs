@@ -45,6 +45,19 @@ pub enum SyncOrder {
 
 /// What closing a file does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PunchBehaviour {
+    /// The byte range as given; the file's preallocations are given back
+    /// on every punch.
+    AsGiven,
+    /// ext4's `ext4_punch_hole`: nothing past the size (an offset at or
+    /// past it returns at once, and an end past it is cut to the end of
+    /// the 4 KiB page after the size), and the preallocations are given
+    /// back only when whole blocks are removed.
+    Ext4,
+}
+
+/// What closing a file does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseBehaviour {
     /// The last close gives back the file's preallocations; delayed data
     /// waits for fsync, sync or background writeback.
@@ -111,6 +124,9 @@ pub struct FsConfig {
     pub sync_order: SyncOrder,
     /// What closing a file does.
     pub close: CloseBehaviour,
+    /// What a punched hole covers, and whether it gives back
+    /// preallocations.
+    pub punch: PunchBehaviour,
     /// Whether extent-tree blocks come from the allocator.
     pub extent_tree: ExtentTreeBlocks,
 }
@@ -138,6 +154,7 @@ impl FsConfig {
             inode_numbers: InodeNumbers::Sequential { first: crate::inode_numbers::FIRST_INO },
             sync_order: SyncOrder::ByInode,
             close: CloseBehaviour::DiscardAtLastClose,
+            punch: PunchBehaviour::AsGiven,
             extent_tree: ExtentTreeBlocks::Outside,
         }
     }
@@ -165,6 +182,7 @@ impl FsConfig {
             inode_numbers: InodeNumbers::LowestFree { first: crate::inode_numbers::FIRST_INO + 1 },
             sync_order: SyncOrder::Dirtied,
             close: CloseBehaviour::Ext4,
+            punch: PunchBehaviour::Ext4,
             extent_tree: ExtentTreeBlocks::InVolume,
             ..FsConfig::new(geometry)
         }

@@ -330,3 +330,50 @@ fn threads_sharing_the_engine_keep_every_invariant() {
     fs.sync().unwrap();
     fs.check().unwrap();
 }
+
+/// The kernel profile punches as `ext4_punch_hole` does: nothing at or
+/// past the size, an end past it cut to the end of the page after it, and
+/// the file's preallocations given back only when whole blocks go.
+#[test]
+fn kernel_profile_punch_follows_ext4() {
+    let fs = Fs::new(FsConfig::kernel(Geometry::new(4096, 1 << 18).unwrap())).unwrap();
+    let f = fs.create().unwrap();
+    // 100 blocks written (past the locality group's 16): the request is
+    // normalized and the rest of the window stays preallocated for the
+    // file.
+    fs.write(f, 0, 100 * 4096).unwrap();
+    fs.fsync(f).unwrap();
+    let pa = fs.preallocated_blocks();
+    assert!(pa > 0, "a preallocation to keep");
+    let before = fs.extents(f).unwrap();
+    // At or past the size: nothing at all.
+    fs.punch_hole(f, 100 * 4096, 4096).unwrap();
+    fs.punch_hole(f, 500 * 4096, 4096).unwrap();
+    assert_eq!((fs.extents(f).unwrap(), fs.preallocated_blocks()), (before.clone(), pa));
+    // Inside one block: no whole block removed, preallocations kept.
+    fs.punch_hole(f, 100, 1000).unwrap();
+    assert_eq!((fs.extents(f).unwrap(), fs.preallocated_blocks()), (before, pa));
+    // Whole blocks: removed, preallocations given back.
+    fs.punch_hole(f, 4096, 2 * 4096).unwrap();
+    assert_eq!(fs.preallocated_blocks(), 0);
+    assert_eq!(fs.extents(f).unwrap().iter().map(|e| u64::from(e.len)).sum::<u64>(), 98);
+
+    // Blocks allocated past the size (fallocate, keep size) survive a
+    // punch to far past the end, but for the page after the size.
+    let g = fs.create().unwrap();
+    fs.write(g, 0, 2 * 4096 + 100).unwrap();
+    fs.fsync(g).unwrap();
+    fs.fallocate(g, 0, 64 * 4096, FallocateMode::KeepSize).unwrap();
+    fs.punch_hole(g, 4096, 1 << 30).unwrap();
+    let kept: u64 = fs.extents(g).unwrap().iter().map(|e| u64::from(e.len)).sum();
+    assert_eq!(kept, 64 - 2, "blocks 1 and 2 (up to the page after the size) go, the rest stay");
+
+    // The engine's own profile punches the range as given.
+    let own = Fs::new(gib_volume()).unwrap();
+    let h = own.create().unwrap();
+    own.write(h, 0, 2 * 4096 + 100).unwrap();
+    own.fsync(h).unwrap();
+    own.fallocate(h, 0, 64 * 4096, FallocateMode::KeepSize).unwrap();
+    own.punch_hole(h, 4096, 1 << 30).unwrap();
+    assert_eq!(own.extents(h).unwrap().iter().map(|e| u64::from(e.len)).sum::<u64>(), 1);
+}

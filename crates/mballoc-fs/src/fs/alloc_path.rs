@@ -295,7 +295,11 @@ impl Fs {
         let a = self.alloc.allocate(&req).ok()?;
         let how = ServedBy::Allocator(a.found_by);
         let got = a.extent.len;
-        if got <= own {
+        // ext4_mb_use_best_found: a preallocation only when the extent
+        // found is longer than the original request (`ac_o_ex.fe_len <
+        // ac_b_ex.fe_len`); otherwise all of it is mapped at the request's
+        // block, even past a window shorter than the request.
+        if got <= shape.len {
             return Some((a.extent.start, got, how));
         }
         // Place the preallocation inside the window so it covers `l`.

@@ -164,9 +164,22 @@ impl Fs {
             return Err(FsError::ZeroLength);
         }
         self.block_range(offset, len)?;
-        let first = offset.div_ceil(self.block_size());
-        let end = (offset + len) >> self.block_bits;
+        let ext4 = self.config().punch == crate::config::PunchBehaviour::Ext4;
         self.with_inode(f, true, |node, ino| {
+            let mut len = len;
+            if ext4 {
+                // ext4_punch_hole: nothing at or past the size, and an end
+                // past it cut to the end of the page after it.
+                const PAGE: u64 = 4096;
+                if offset >= ino.size {
+                    return Ok(());
+                }
+                if offset + len > ino.size {
+                    len = ino.size + PAGE - (ino.size & (PAGE - 1)) - offset;
+                }
+            }
+            let first = offset.div_ceil(self.block_size());
+            let end = (offset + len) >> self.block_bits;
             if first < end {
                 let removed = self.cut(ino, first, end);
                 if !removed.extents.is_empty() {
@@ -174,7 +187,9 @@ impl Fs {
                 }
                 self.release(removed);
             }
-            self.discard_inode_pas(node);
+            if first < end || !ext4 {
+                self.discard_inode_pas(node);
+            }
             Ok(())
         })?;
         self.tick();
