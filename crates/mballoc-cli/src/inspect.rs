@@ -274,7 +274,7 @@ fn filefrag_of(vol: &mballoc_vol::Volume, f: mballoc_fs::FileId) -> Result<u64> 
 
 /// Whether `image` holds a volume of our own format.
 pub fn is_own_volume(image: &Path) -> bool {
-    mballoc_vol::FileDevice::open(image, mballoc_vol::OpenMode::ReadOnly)
+    mballoc_vol::FileDevice::open(image, mballoc_vol::OpenMode::Snapshot)
         .ok()
         .and_then(|d| mballoc_vol::probe(&d).ok().flatten())
         == Some("an mballoc volume")

@@ -124,6 +124,9 @@ fn shell_tools_see_a_file_system() {
     f.read_exact_at(&mut buf, 100).unwrap();
     assert_eq!(&buf, b"data");
     drop(f);
+    // inspect reads the committed state beside the mount that writes it.
+    let beside = run(&["inspect", &s.vol(), "--files"]);
+    assert!(beside.contains("/f: ") && beside.contains("/b: "), "{beside}");
     let (free, total) = statvfs(&std::fs::File::open(&m).unwrap()).unwrap();
     assert!(total > 0 && free > 0 && free <= total, "{free} of {total}");
     run(&["umount", &s.m()]);
