@@ -163,23 +163,11 @@ impl<S: BlockSource> Volume<S> {
         let mut stack: Vec<Pending> = vec![(b"/".to_vec(), ROOT_INO, None)];
         while let Some((raw_path, ino, via)) = stack.pop() {
             let path = String::from_utf8_lossy(&raw_path).into_owned();
-            let named = |reason: String| match &via {
-                Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
-                None => Ext4Error::Inode { ino, block: 0, reason },
-            };
+            let named = |reason: String| named_error(ino, &via, reason);
             let (inode, map) = match maps.get(&ino) {
                 Some(m) => m.clone(),
                 None => {
-                    if ino > self.superblock().inodes_count {
-                        return Err(named(format!("{path} names inode {ino}, past the last inode")));
-                    }
-                    let inode = self.inode(ino).map_err(|e| match e {
-                        Ext4Error::Inode { reason, .. } => named(format!("{path} names inode {ino}, which {reason}")),
-                        e => e,
-                    })?;
-                    if inode.links_count == 0 || inode.mode == 0 {
-                        return Err(named(format!("{path} names inode {ino}, which is not in use")));
-                    }
+                    let inode = self.named_inode(&path, ino, &via)?;
                     let map = self.file_map_claimed(&inode, &mut claims)?;
                     maps.insert(ino, (inode.clone(), map.clone()));
                     (inode, map)
@@ -255,21 +243,9 @@ impl<S: BlockSource> Volume<S> {
         while let Some(((raw_path, ino, via), depth)) = stack.pop() {
             ancestors.truncate(depth);
             let path = String::from_utf8_lossy(&raw_path).into_owned();
-            let named = |reason: String| match &via {
-                Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
-                None => Ext4Error::Inode { ino, block: 0, reason },
-            };
+            let named = |reason: String| named_error(ino, &via, reason);
             let read = || -> Result<(Inode, FileMap, Option<Vec<DirEntry>>)> {
-                if ino > self.superblock().inodes_count {
-                    return Err(named(format!("{path} names inode {ino}, past the last inode")));
-                }
-                let inode = self.inode(ino).map_err(|e| match e {
-                    Ext4Error::Inode { reason, .. } => named(format!("{path} names inode {ino}, which {reason}")),
-                    e => e,
-                })?;
-                if inode.links_count == 0 || inode.mode == 0 {
-                    return Err(named(format!("{path} names inode {ino}, which is not in use")));
-                }
+                let inode = self.named_inode(&path, ino, &via)?;
                 let map = self.file_map(&inode)?;
                 let entries = match inode.file_type() {
                     FileType::Directory if ancestors.contains(&ino) => {
@@ -307,6 +283,36 @@ impl<S: BlockSource> Volume<S> {
             visit(Visit::Path(&Entry { path, raw_path, inode, map }))?;
         }
         Ok(())
+    }
+}
+
+/// An error about the entry that named `ino` (or, for the root, about the
+/// inode itself).
+fn named_error(ino: u32, via: &Option<(u32, DirEntry)>, reason: String) -> Ext4Error {
+    match via {
+        Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
+        None => Ext4Error::Inode { ino, block: 0, reason },
+    }
+}
+
+impl<S: BlockSource> Volume<S> {
+    /// The live inode `ino` that `path` names (through the entry `via`),
+    /// or why it cannot be one: past the last inode, unreadable, or not in
+    /// use.
+    fn named_inode(&self, path: &str, ino: u32, via: &Option<(u32, DirEntry)>) -> Result<Inode> {
+        if ino > self.superblock().inodes_count {
+            return Err(named_error(ino, via, format!("{path} names inode {ino}, past the last inode")));
+        }
+        let inode = self.inode(ino).map_err(|e| match e {
+            Ext4Error::Inode { reason, .. } => {
+                named_error(ino, via, format!("{path} names inode {ino}, which {reason}"))
+            }
+            e => e,
+        })?;
+        if inode.links_count == 0 || inode.mode == 0 {
+            return Err(named_error(ino, via, format!("{path} names inode {ino}, which is not in use")));
+        }
+        Ok(inode)
     }
 }
 

@@ -75,6 +75,9 @@ struct Sim {
     max_blocks: u64,
     no_space: u64,
     ext4_close: bool,
+    /// Punches follow `ext4_punch_hole` (nothing past the page after the
+    /// size).
+    ext4_punch: bool,
 }
 
 impl Sim {
@@ -92,8 +95,10 @@ impl Sim {
         cfg.dirty_limit_blocks = if mode == Writeback::Explicit { u64::MAX } else { 600 };
         tweak(&mut cfg);
         let ext4_close = cfg.close == CloseBehaviour::Ext4;
+        let ext4_punch = cfg.punch == mballoc_fs::PunchBehaviour::Ext4;
         Sim {
             ext4_close,
+            ext4_punch,
             fs: Fs::new(cfg).unwrap(),
             files: BTreeMap::new(),
             unlinked: Vec::new(),
@@ -238,6 +243,15 @@ impl Sim {
                     return;
                 }
                 r.unwrap();
+                let mut len = len;
+                if self.ext4_punch {
+                    if off >= m.size {
+                        return;
+                    }
+                    if off + len > m.size {
+                        len = m.size + 4096 - (m.size & 4095) - off;
+                    }
+                }
                 let (first, end) = (off.div_ceil(BS), (off + len) / BS);
                 if first < end {
                     self.files.get_mut(&f.0).unwrap().remove(first, end);
@@ -449,19 +463,26 @@ fn simulation_kernel_profile() {
         || Normalization::KernelWindows,
         Writeback::Explicit,
         |cfg| {
-            let k = FsConfig::kernel(cfg.geometry);
-            cfg.tunables = Tunables { mb_stats: true, ..k.tunables };
-            cfg.locality_groups = k.locality_groups;
-            cfg.stream_placement = k.stream_placement;
-            cfg.writeback_request = k.writeback_request;
-            cfg.fallocate_request = k.fallocate_request;
+            kernel_profile(cfg);
             cfg.flex_groups = 4;
-            cfg.inode_numbers = k.inode_numbers;
-            cfg.sync_order = k.sync_order;
-            cfg.close = k.close;
-            cfg.extent_tree = k.extent_tree;
         },
     );
+}
+
+/// Every ext4-faithful behaviour of the kernel profile on `cfg`'s volume,
+/// statistics kept on.
+fn kernel_profile(cfg: &mut FsConfig) {
+    let k = FsConfig::kernel(cfg.geometry);
+    cfg.tunables = Tunables { mb_stats: true, ..k.tunables };
+    cfg.locality_groups = k.locality_groups;
+    cfg.stream_placement = k.stream_placement;
+    cfg.writeback_request = k.writeback_request;
+    cfg.fallocate_request = k.fallocate_request;
+    cfg.inode_numbers = k.inode_numbers;
+    cfg.sync_order = k.sync_order;
+    cfg.close = k.close;
+    cfg.punch = k.punch;
+    cfg.extent_tree = k.extent_tree;
 }
 
 #[test]
@@ -487,15 +508,7 @@ fn simulation_kernel_profile_on_groups_of_any_length() {
         |cfg| {
             let total = cfg.geometry.total_blocks();
             cfg.geometry = Geometry::with_group_size(4096, 1000, total).unwrap();
-            let k = FsConfig::kernel(cfg.geometry);
-            cfg.tunables = Tunables { mb_stats: true, ..k.tunables };
-            cfg.locality_groups = k.locality_groups;
-            cfg.stream_placement = k.stream_placement;
-            cfg.writeback_request = k.writeback_request;
-            cfg.fallocate_request = k.fallocate_request;
-            cfg.inode_numbers = k.inode_numbers;
-            cfg.close = k.close;
-            cfg.extent_tree = k.extent_tree;
+            kernel_profile(cfg);
         },
     );
 }
