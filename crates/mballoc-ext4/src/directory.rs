@@ -150,14 +150,7 @@ impl<S: BlockSource> Volume<S> {
         let mut entries = Vec::new();
         let mut maps: HashMap<u32, (Inode, FileMap)> = HashMap::new();
         let mut seen_dirs = HashSet::new();
-        let root = self.inode(ROOT_INO)?;
-        if root.file_type() != FileType::Directory || root.links_count == 0 {
-            return Err(Ext4Error::Inode {
-                ino: ROOT_INO,
-                block: root.table_block,
-                reason: format!("the root is not a live directory (mode {:#o}, {} links)", root.mode, root.links_count),
-            });
-        }
+        let root = self.live_root()?;
         let root_map = self.file_map_claimed(&root, &mut claims)?;
         maps.insert(ROOT_INO, (root, root_map));
         let mut stack: Vec<Pending> = vec![(b"/".to_vec(), ROOT_INO, None)];
@@ -181,12 +174,7 @@ impl<S: BlockSource> Volume<S> {
                     if d.name == b"." || d.name == b".." {
                         continue;
                     }
-                    let mut child = raw_path.clone();
-                    if raw_path != b"/" {
-                        child.push(b'/');
-                    }
-                    child.extend_from_slice(&d.name);
-                    stack.push((child, d.ino, Some((ino, d))));
+                    stack.push((child_path(&raw_path, &d.name), d.ino, Some((ino, d))));
                 }
             }
             entries.push(Entry { path, raw_path, inode, map });
@@ -229,14 +217,7 @@ impl<S: BlockSource> Volume<S> {
     /// A damaged path is handed over as such and skipped; damage that
     /// leaves nothing to walk (the root) is the error.
     pub fn walk_each(&self, mut visit: impl FnMut(Visit<'_>) -> Result<()>) -> Result<()> {
-        let root = self.inode(ROOT_INO)?;
-        if root.file_type() != FileType::Directory || root.links_count == 0 {
-            return Err(Ext4Error::Inode {
-                ino: ROOT_INO,
-                block: root.table_block,
-                reason: format!("the root is not a live directory (mode {:#o}, {} links)", root.mode, root.links_count),
-            });
-        }
+        self.live_root()?;
         // `ancestors[d]` is the directory at depth d of the current path.
         let mut stack: Vec<(Pending, usize)> = vec![((b"/".to_vec(), ROOT_INO, None), 0)];
         let mut ancestors: Vec<u32> = Vec::new();
@@ -272,12 +253,7 @@ impl<S: BlockSource> Volume<S> {
                     if d.name == b"." || d.name == b".." {
                         continue;
                     }
-                    let mut child = raw_path.clone();
-                    if raw_path != b"/" {
-                        child.push(b'/');
-                    }
-                    child.extend_from_slice(&d.name);
-                    stack.push(((child, d.ino, Some((ino, d))), depth + 1));
+                    stack.push(((child_path(&raw_path, &d.name), d.ino, Some((ino, d))), depth + 1));
                 }
             }
             visit(Visit::Path(&Entry { path, raw_path, inode, map }))?;
@@ -295,7 +271,31 @@ fn named_error(ino: u32, via: &Option<(u32, DirEntry)>, reason: String) -> Ext4E
     }
 }
 
+/// The path of entry `name` of the directory at `parent`.
+fn child_path(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut child = parent.to_vec();
+    if parent != b"/" {
+        child.push(b'/');
+    }
+    child.extend_from_slice(name);
+    child
+}
+
 impl<S: BlockSource> Volume<S> {
+    /// The root inode, which both walks start from: a live directory, or
+    /// nothing can be walked.
+    fn live_root(&self) -> Result<Inode> {
+        let root = self.inode(ROOT_INO)?;
+        if root.file_type() != FileType::Directory || root.links_count == 0 {
+            return Err(Ext4Error::Inode {
+                ino: ROOT_INO,
+                block: root.table_block,
+                reason: format!("the root is not a live directory (mode {:#o}, {} links)", root.mode, root.links_count),
+            });
+        }
+        Ok(root)
+    }
+
     /// The live inode `ino` that `path` names (through the entry `via`),
     /// or why it cannot be one: past the last inode, unreadable, or not in
     /// use.

@@ -40,7 +40,14 @@ fn superblock(dev: &MemDevice) -> Superblock {
 fn journal_of(files: u8) -> (Arc<MemDevice>, Vec<FileId>) {
     let dev = Arc::new(MemDevice::new(4 << 20));
     Volume::format(dev.clone(), &opts()).unwrap();
-    let vol = mount(&dev).unwrap();
+    let ids = fsync_each_then_crash(&dev, files);
+    (dev, ids)
+}
+
+/// Mount, write `files` files (file `i` holds `[i + 1; 3000]`), each
+/// fsynced in its own transaction, and crash.
+fn fsync_each_then_crash(dev: &Arc<MemDevice>, files: u8) -> Vec<FileId> {
+    let vol = mount(dev).unwrap();
     let mut ids = Vec::new();
     for i in 0..files {
         let f = vol.create().unwrap();
@@ -49,7 +56,7 @@ fn journal_of(files: u8) -> (Arc<MemDevice>, Vec<FileId>) {
         ids.push(f);
     }
     drop(vol);
-    (dev, ids)
+    ids
 }
 
 /// `(journal block, blocks, seq, epoch)` of every transaction in order.
@@ -290,15 +297,7 @@ fn home_and_journal(files: u8) -> (Arc<MemDevice>, FileId, Vec<FileId>) {
     let a = vol.create().unwrap();
     vol.write(a, 0, &[7; 5000]).unwrap();
     vol.unmount().unwrap();
-    let vol = mount(&dev).unwrap();
-    let mut ids = Vec::new();
-    for i in 0..files {
-        let f = vol.create().unwrap();
-        vol.write(f, 0, &[i + 1; 3000]).unwrap();
-        vol.fsync(f).unwrap();
-        ids.push(f);
-    }
-    drop(vol);
+    let ids = fsync_each_then_crash(&dev, files);
     (dev, a, ids)
 }
 

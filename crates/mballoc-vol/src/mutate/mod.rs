@@ -104,9 +104,8 @@ pub fn structures(dev: &dyn Device) -> Result<Vec<Structure>> {
         let offset = sb.offset(sb.bitmap_start + g);
         out.push(Structure { kind: Kind::Bitmap, offset, len: bs, owners: vec![] });
     }
-    let per = u64::from(sb.inodes_per_block());
     for slot in 0..u64::from(sb.inode_count) {
-        let offset = sb.offset(sb.itable_start + slot / per) + (slot % per) * INODE_BYTES as u64;
+        let offset = slot_offset(&sb, slot);
         let b = read(dev, offset, INODE_BYTES)?;
         if b.iter().any(|&x| x != 0) {
             let owners = vec![get64(&b, 8)];
@@ -224,11 +223,16 @@ fn reseal_descriptor(sb: &Superblock, g: u32, d: &mut [u8]) {
     put32(d, DESC_BYTES - 4, crc);
 }
 
-fn inode_offsets(dev: &dyn Device, sb: &Superblock) -> Result<Vec<u64>> {
+/// Where inode slot `slot`'s record starts on the device.
+fn slot_offset(sb: &Superblock, slot: u64) -> u64 {
     let per = u64::from(sb.inodes_per_block());
+    sb.offset(sb.itable_start + slot / per) + (slot % per) * INODE_BYTES as u64
+}
+
+fn inode_offsets(dev: &dyn Device, sb: &Superblock) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     for slot in 0..u64::from(sb.inode_count) {
-        let at = sb.offset(sb.itable_start + slot / per) + (slot % per) * INODE_BYTES as u64;
+        let at = slot_offset(sb, slot);
         if read(dev, at, 8)?.iter().any(|&x| x != 0) {
             out.push(at);
         }
