@@ -140,7 +140,10 @@ skipped: {why}
     }
     std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
     let page = out.join("index.html");
-    let report = Report { seed: 0, quick, scenarios: vec![rep] };
+    let mut header = mballoc_lab::report::Header::now();
+    header.commit = env!("MBALLOC_COMMIT").to_string();
+    header.command = crate::plan::command_line();
+    let report = Report { header, seed: 0, quick, scenarios: vec![rep] };
     std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
     if !json {
         println!("report: {}", page.display());

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 mod fidelity_cmd;
 mod inspect;
+mod lab_settings;
 mod mount;
 mod plan;
 mod shell;
@@ -199,9 +200,16 @@ struct Output {
     #[arg(long = "set", value_name = "SCOPE.KEY=VALUE")]
     set: Vec<String>,
     /// Run once per value, a row per value: `engine.mb_max_to_scan=50,200,1000`.
-    /// Repeatable: every combination runs.
+    /// A key runs only the backends it configures (an `engine.` key engine
+    /// rows, an `ext4.` key ext4 rows; `workload.` keys every backend), and
+    /// backends no sweep touches run once. Repeatable.
     #[arg(long, value_name = "SCOPE.KEY=V1,V2,...")]
     sweep: Vec<String>,
+    /// How several swept keys of one scope combine: `product` (every
+    /// combination) or `zip` (the i-th values together; each key needs as
+    /// many values, and zipped keys of different scopes run together).
+    #[arg(long, value_name = "MODE", default_value = "product", value_parser = ["product", "zip"])]
+    sweep_mode: String,
     /// Run every row N times: tables show the median and min–max, JSON and
     /// CSV keep every sample.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -432,16 +440,7 @@ fn run() -> Result<()> {
             Ok(())
         }
         Cmd::Lab { cmd: LabCmd::Settings } => {
-            use mballoc_lab::settings::{ENGINE_KEYS, KERNEL_KEYS};
-            println!("engine.KEY (every engine row; the profile is applied first):");
-            for (k, what) in ENGINE_KEYS {
-                println!("  engine.{k:<30} {what}");
-            }
-            println!("ext4.KEY, xfs.KEY, btrfs.KEY (every row on that file system):");
-            for (k, what) in KERNEL_KEYS {
-                println!("  SCOPE.{k:<31} {what}");
-            }
-            println!("  ext4.{:<32} any /sys/fs/ext4/DEV/ knob, written after mounting", "KNOB");
+            lab_settings::print();
             Ok(())
         }
         Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, from_image, out } } => {
@@ -458,6 +457,7 @@ fn run() -> Result<()> {
             };
             let plan = Plan::new(&out, Settings::default(), &[])?;
             let image = from_image.as_deref().map(StartImage::open).transpose()?;
+            plan.preflight(image.as_ref().map_or(4096, |i| i.block_size))?;
             let jobs: Vec<Job> = chosen
                 .into_iter()
                 .map(|s| {
@@ -486,6 +486,7 @@ fn run() -> Result<()> {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
             let prepared = user_workload::prepare(&text)?;
             let plan = Plan::new(&out, prepared.settings.clone(), &prepared.sweeps)?;
+            plan.preflight(prepared.w.block_size)?;
             let name = prepared.w.name.clone();
             let jobs: Vec<Job> = vec![(name, Box::new(move |env: &Env| user_workload::run(env, &prepared)))];
             let report = plan.run(&out, false, None, &jobs)?;

@@ -6,22 +6,31 @@
 use crate::Output;
 use anyhow::{Context, Result};
 use mballoc_lab::backend::BackendKind;
-use mballoc_lab::report::{Report, ScenarioReport};
+use mballoc_lab::report::{Header, Plot, Report, ScenarioReport};
 use mballoc_lab::scenarios::{Env, StartImage};
-use mballoc_lab::settings::Settings;
+use mballoc_lab::settings::sweep::{self, Point};
+use mballoc_lab::settings::{Scope, Settings, SweepMode};
 
 /// A scenario as a run drives it: its name and how to run it once.
 pub type Job = (String, RunScenario);
 pub type RunScenario = Box<dyn Fn(&Env) -> ScenarioReport>;
 
-/// What a lab run does: the settings over every row, each combination of
-/// the swept settings, each repeated.
+/// What a lab run does: the settings over every row, each point of the
+/// sweeps (scoped to the backends each key configures), each repeated.
 pub struct Plan {
     settings: Settings,
-    combinations: Vec<Vec<(String, String)>>,
+    points: Vec<Point>,
     swept: Vec<String>,
     repeat: u32,
     backends: Vec<BackendKind>,
+}
+
+/// The settings scope a backend is configured by.
+fn scope_of(b: BackendKind) -> Scope {
+    match b {
+        BackendKind::Engine | BackendKind::Mounted => Scope::Engine,
+        BackendKind::Kernel(k) => Scope::Kernel(k),
+    }
 }
 
 impl Plan {
@@ -38,40 +47,72 @@ impl Plan {
             all.retain(|(o, _)| *o != k);
             all.push((k, v));
         }
+        let mode = SweepMode::parse(&out.sweep_mode)?;
         Ok(Plan {
             settings,
-            combinations: mballoc_lab::settings::combinations(&all),
+            points: sweep::points(&all, mode)?,
             swept: all.into_iter().map(|(k, _)| k).collect(),
             repeat: out.repeat,
             backends: backends(&out.backends)?,
         })
     }
 
-    /// Run every job under every combination, `repeat` times, printing each
+    /// Have the kernel check the kernel settings of every point on a
+    /// scratch volume of `block_size` blocks, before any scenario runs.
+    pub fn preflight(&self, block_size: u32) -> Result<()> {
+        let mut checked = std::collections::BTreeSet::new();
+        for point in &self.points {
+            let s = self.settings_at(point)?;
+            if checked.insert(s.describe()) {
+                mballoc_lab::settings::kernel::preflight(&s, block_size)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn settings_at(&self, point: &Point) -> Result<Settings> {
+        let mut settings = self.settings.clone();
+        for (key, value) in &point.assign {
+            settings.set_str(&format!("{key}={value}"))?;
+        }
+        Ok(settings)
+    }
+
+    /// The backends that run at `point`.
+    fn backends_at(&self, point: &Point) -> Vec<BackendKind> {
+        self.backends.iter().copied().filter(|b| point.backends.admits(scope_of(*b))).collect()
+    }
+
+    /// Run every job at every point, `repeat` times, printing each
     /// scenario's table as it finishes (unless `--json`). A signal on the
     /// way unmounts and removes what the lab made.
     pub fn run(&self, out: &Output, quick: bool, image: Option<&StartImage>, jobs: &[Job]) -> Result<Report> {
         clean_up_on_signal()?;
         let started = std::time::Instant::now();
-        let mut report = Report { seed: out.seed, quick, scenarios: vec![] };
+        let mut header = Header::now();
+        header.commit = env!("MBALLOC_COMMIT").to_string();
+        header.command = command_line();
+        header.settings = self.settings.describe();
+        let mut report = Report { seed: out.seed, quick, scenarios: vec![], header };
         for (k, (name, job)) in jobs.iter().enumerate() {
             let mut merged: Option<ScenarioReport> = None;
-            for point in &self.combinations {
-                let mut settings = self.settings.clone();
-                for (key, value) in point {
-                    settings.set_str(&format!("{key}={value}"))?;
+            for point in &self.points {
+                let backends = self.backends_at(point);
+                if backends.is_empty() {
+                    continue;
                 }
+                let settings = self.settings_at(point)?;
                 let mut runs = Vec::new();
                 for r in 0..self.repeat {
-                    let mut env = Env::new(quick, out.seed, self.backends.clone()).with_settings(settings.clone());
+                    let mut env = Env::new(quick, out.seed, backends.clone()).with_settings(settings.clone());
                     env.started = started;
                     env.mount_program = std::env::current_exe().ok();
                     if let Some(img) = image {
                         env = env.start_from(img.clone());
                     }
                     let mut what = format!("scenario {} of {}: {name}", k + 1, jobs.len());
-                    if !point.is_empty() {
-                        let p: Vec<String> = point.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    if !point.assign.is_empty() {
+                        let p: Vec<String> = point.assign.iter().map(|(k, v)| format!("{k}={v}")).collect();
                         what.push_str(&format!(", {}", p.join(", ")));
                     }
                     if self.repeat > 1 {
@@ -82,7 +123,8 @@ impl Plan {
                 }
                 let mut one = ScenarioReport::merge_repeats(runs);
                 for row in &mut one.rows {
-                    row.point = point.iter().cloned().collect();
+                    row.point = point.assign.iter().cloned().collect();
+                    row.settings = in_force(&settings, &row.backend);
                 }
                 merged = Some(match merged {
                     None => one,
@@ -94,14 +136,20 @@ impl Plan {
                                 m.skipped.push(sk);
                             }
                         }
-                        let p: Vec<String> = point.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        let p: Vec<String> = point.assign.iter().map(|(k, v)| format!("{k}={v}")).collect();
                         let new: Vec<String> = one.notes.into_iter().filter(|n| !m.notes.contains(n)).collect();
-                        m.notes.extend(new.into_iter().map(|n| format!("[{}] {n}", p.join(", "))));
+                        m.notes.extend(new.into_iter().map(|n| {
+                            if p.is_empty() {
+                                n
+                            } else {
+                                format!("[{}] {n}", p.join(", "))
+                            }
+                        }));
                         m
                     }
                 });
             }
-            let mut r = merged.expect("at least one combination");
+            let Some(mut r) = merged else { continue };
             self.annotate(&mut r);
             if !out.json {
                 println!("{}", r.text());
@@ -111,8 +159,8 @@ impl Plan {
         Ok(report)
     }
 
-    /// Say what the run's settings were, and plot each column against the
-    /// first swept setting.
+    /// Say what the run's settings were, and plot each column against
+    /// each swept setting: lines for numbers, grouped bars for categories.
     fn annotate(&self, r: &mut ScenarioReport) {
         let varied = !self.settings.is_empty() || !self.swept.is_empty();
         if !self.settings.is_empty() {
@@ -124,58 +172,84 @@ impl Plan {
         if varied && r.statistics.is_none() {
             r.notes.insert(0, "the run's settings do not apply here: this scenario builds the allocator itself".into());
         }
-        let Some(x) = self.swept.first() else { return };
-        let values: Vec<f64> = self.combinations.iter().filter_map(|c| c.first()?.1.parse().ok()).collect();
-        if values.len() != self.combinations.len() {
-            return;
-        }
-        let lo = values.iter().copied().fold(f64::MAX, f64::min);
-        let hi = values.iter().copied().fold(f64::MIN, f64::max);
-        let log = lo > 0.0 && hi / lo >= 8.0;
-        // Columns whose values repeat the same way under every point
-        // (workers, write size, mode) say which row is which: they split
-        // series instead of being plotted.
-        let by_point = |key: &str| -> Vec<Vec<String>> {
-            self.combinations
-                .iter()
-                .map(|c| {
-                    let point: std::collections::BTreeMap<String, String> = c.iter().cloned().collect();
-                    r.rows
-                        .iter()
-                        .filter(|row| row.point == point)
-                        .map(|row| format!("{:?}", row.metrics.get(key)))
-                        .collect()
-                })
-                .collect()
-        };
-        let mut split = Vec::new();
-        let mut columns = Vec::new();
-        for c in &r.columns {
-            let v = by_point(c.key);
-            let same_everywhere = v.windows(2).all(|w| w[0] == w[1]);
-            if same_everywhere && v[0].iter().collect::<std::collections::BTreeSet<_>>().len() > 1 {
-                split.push(c.key);
-            } else if !same_everywhere && r.rows.iter().any(|row| row.num(c.key).is_some()) {
-                columns.push(c.clone());
+        for x in &self.swept {
+            let rows: Vec<&mballoc_lab::report::Row> = r.rows.iter().filter(|row| row.point.contains_key(x)).collect();
+            let mut values: Vec<&String> = rows.iter().filter_map(|row| row.point.get(x)).collect();
+            values.sort();
+            values.dedup();
+            if values.len() < 2 {
+                continue;
             }
-        }
-        for c in columns {
-            let mut p = mballoc_lab::report::Plot::lines(
-                &format!("{}: {} by {x}", r.name, c.header),
-                x,
-                &format!("{x} (swept)"),
-                c.key,
-                c.header,
-            );
-            if !log {
-                p = p.linear_x();
+            let numeric: Option<Vec<f64>> = values.iter().map(|v| v.parse::<f64>().ok()).collect();
+            // Columns whose values repeat the same way under every value of
+            // x (workers, write size, mode) say which row is which: they
+            // split series instead of being plotted.
+            let by_value = |key: &str| -> Vec<Vec<String>> {
+                values
+                    .iter()
+                    .map(|v| {
+                        rows.iter()
+                            .filter(|row| row.point.get(x) == Some(v))
+                            .map(|row| format!("{:?}", row.metrics.get(key)))
+                            .collect()
+                    })
+                    .collect()
+            };
+            let mut split = Vec::new();
+            let mut columns = Vec::new();
+            for c in &r.columns {
+                let v = by_value(c.key);
+                let same_everywhere = v.windows(2).all(|w| w[0] == w[1]);
+                if same_everywhere && v[0].iter().collect::<std::collections::BTreeSet<_>>().len() > 1 {
+                    split.push(c.key);
+                } else if !same_everywhere && rows.iter().any(|row| row.num(c.key).is_some()) {
+                    columns.push(c.clone());
+                }
             }
-            for k in &split {
-                p = p.split_by(k);
+            for c in columns {
+                let title = format!("{}: {} by {x}", r.name, c.header);
+                let p = match &numeric {
+                    Some(nums) => {
+                        let lo = nums.iter().copied().fold(f64::MAX, f64::min);
+                        let hi = nums.iter().copied().fold(f64::MIN, f64::max);
+                        let mut p = Plot::lines(&title, x, &format!("{x} (swept)"), c.key, c.header);
+                        if !(lo > 0.0 && hi / lo >= 8.0) {
+                            p = p.linear_x();
+                        }
+                        split.iter().fold(p, |p, k| p.split_by(k))
+                    }
+                    None => Plot::grouped(&title, x, c.key, c.header),
+                };
+                r.plots.push(p);
             }
-            r.plots.push(p);
         }
     }
+}
+
+/// This process's command line, each argument quoted for a POSIX shell
+/// where it needs it, so the line runs again as printed.
+pub fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_=.,/:@+%".contains(&b)) {
+                a
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The run's settings that configure `backend`'s rows (its scope's and
+/// the workload's), as `key=value` without the scope.
+fn in_force(settings: &Settings, backend: &str) -> Vec<String> {
+    let scope = BackendKind::parse(backend).map(scope_of);
+    settings
+        .iter()
+        .filter(|s| Some(s.scope) == scope || s.scope == Scope::Workload)
+        .map(|s| format!("{}={}", s.key, s.value))
+        .collect()
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: unmount and remove the loop mounts,

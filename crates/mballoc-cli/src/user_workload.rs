@@ -65,7 +65,8 @@ pub fn run(env: &Env, p: &Prepared) -> ScenarioReport {
     let run_on = |rep: &mut ScenarioReport, t: &dyn Target, v: &Variant| -> Result<(), LabError> {
         let backend = v.backend().name();
         let bar = env.bar(0, format!("{} on {backend}", w.name));
-        let r = mballoc_lab::runner::run(t, &p.streams, w.interleave, limit, &bar);
+        let interleave = env.settings.interleave().unwrap_or(w.interleave);
+        let r = mballoc_lab::runner::run(t, &p.streams, interleave, limit, &bar);
         bar.finish_and_clear();
         let r = r?;
         t.sync();

@@ -322,7 +322,7 @@ impl Workload {
             .iter()
             .map(|(k, vs)| {
                 let values: Vec<String> = vs.iter().map(ToString::to_string).collect();
-                crate::settings::check_sweep(k, &values)
+                crate::settings::sweep::check_sweep(k, &values)
                     .map_err(|e| WorkloadError::Invalid { name: self.name.clone(), why: e.to_string() })?;
                 Ok((k.clone(), values))
             })

@@ -30,7 +30,7 @@ fn engine_env() -> Env {
 #[test]
 fn every_scenario_runs_on_the_engine_and_the_json_has_its_keys() {
     let env = engine_env();
-    let mut report = Report { seed: 7, quick: true, scenarios: vec![] };
+    let mut report = Report { header: mballoc_lab::report::Header::now(), seed: 7, quick: true, scenarios: vec![] };
     for s in scenarios::ALL {
         let r = (s.run)(&env);
         assert!(!r.rows.is_empty(), "{} produced no rows: {:?}", s.name, r.notes);

@@ -328,7 +328,7 @@ fn lab_run(
             r.notes
                 .insert(0, format!("settings over every row (they win over each variant's own): {}", set.describe()));
         }
-        mballoc_lab::report::Report { seed, quick, scenarios: vec![r] }
+        mballoc_lab::report::Report { header: mballoc_lab::report::Header::now(), seed, quick, scenarios: vec![r] }
     });
     Ok(report.json())
 }

@@ -25,6 +25,37 @@ impl Fs {
         self.with_inode(f, false, |node, ino| self.flush(node, ino))
     }
 
+    /// A buffered write allocated at once, as ext4 mounted `nodelalloc`
+    /// does it: every block of the range is its own allocation request, in
+    /// order (`write_begin` maps one buffer at a time, normalized, with the
+    /// size the file had before the write), mapped unwritten and mergeable
+    /// (`dioread_nolock`: the data is not on disk yet) and converted by
+    /// writeback as any write into unwritten blocks is. The kernel runs a
+    /// write's blocks on one CPU without yielding it, so its locality group
+    /// serves them in a row; here the writes of one locality group take
+    /// turns for the same reason, or threads would interleave their blocks
+    /// where ext4's do not.
+    ///
+    /// Like a short `write(2)`, a failure part way (no space) keeps the
+    /// blocks written before it; the range is checked before any is.
+    pub fn write_through(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        self.block_range(offset, len)?;
+        let _turn = self.lg_writers[super::cpu_slot() % self.lg_writers.len()].lock();
+        let bs = self.block_size();
+        let end = offset + len;
+        let mut at = offset;
+        while at < end {
+            let n = ((at / bs + 1) * bs).min(end) - at;
+            {
+                let _op = self.op();
+                self.map_unwritten(f, at, n, Normalize::Yes, crate::FallocateMode::KeepSize)?;
+            }
+            self.write(f, at, n)?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// Write back every file and commit. The first failure stops it.
     pub fn sync(&self) -> Result<()> {
         let _op = self.op();

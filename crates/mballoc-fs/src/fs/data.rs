@@ -86,14 +86,30 @@ impl Fs {
             return Err(FsError::ZeroLength);
         }
         let (first, end) = self.block_range(offset, len)?;
+        // ext4 does not grow an fallocate that fits one extent into a
+        // preallocation window.
+        let normalize = if end - first <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
+        self.map_unwritten(f, offset, len, normalize, mode)?;
+        self.tick();
+        Ok(())
+    }
+
+    /// Map every hole of the range unwritten (for [`Fs::fallocate`], and
+    /// for a write allocated at once: `write_begin`'s blocks, normalized).
+    pub(super) fn map_unwritten(
+        &self,
+        f: FileId,
+        offset: u64,
+        len: u64,
+        normalize: Normalize,
+        mode: FallocateMode,
+    ) -> Result<()> {
+        let (first, end) = self.block_range(offset, len)?;
         self.with_inode(f, true, |node, ino| {
             let holes: Vec<(u64, u64)> =
                 ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).collect();
             let need: u64 = holes.iter().map(|(s, e)| e - s).sum();
             self.space.claim(need)?;
-            // ext4 does not grow an fallocate that fits one extent into a
-            // preallocation window.
-            let normalize = if end - first <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
             let mut unmapped = need;
             for (s, e) in holes {
                 let mapped = self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
@@ -110,9 +126,7 @@ impl Fs {
                 self.note(Change::Size { ino: ino.id, size: ino.size });
             }
             Ok(())
-        })?;
-        self.tick();
-        Ok(())
+        })
     }
 
     /// Set the size. Shrinking drops delayed data past the end, sends the

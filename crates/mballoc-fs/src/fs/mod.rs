@@ -131,6 +131,9 @@ pub struct Fs {
     files: FileTable<Arc<FileNode>>,
     inodes: InodePool,
     lgs: Vec<Mutex<LocalityGroup>>,
+    /// One writer at a time per locality group for writes allocated at
+    /// once ([`Fs::write_through`]).
+    lg_writers: Vec<Mutex<()>>,
     journal: Journal,
     space: Space,
     pa_free: PerCpu<AtomicI64>,
@@ -202,6 +205,7 @@ impl Fs {
             metadata_blocks: cfg.geometry.total_blocks() - free,
             log: None,
             lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
+            lg_writers: (0..cfg.locality_groups).map(|_| Mutex::new(())).collect(),
             alloc,
             inodes: InodePool::new(cfg.inode_numbers),
             cfg,

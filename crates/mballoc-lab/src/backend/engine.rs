@@ -85,13 +85,13 @@ impl FileOps for Fs {
     fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
         Ok(Fs::fallocate(self, f, offset, len, mode)?)
     }
-    /// Writes carry no data: the engine only places blocks.
+    /// Writes carry no data: the engine only places blocks. Without
+    /// delayed allocation each block is its own request, as in ext4.
     fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError> {
-        Fs::write(self, f, offset, len)?;
-        if mode == WriteMode::NoDelalloc {
-            self.writeback(f)?;
+        match mode {
+            WriteMode::Delalloc => Ok(Fs::write(self, f, offset, len)?),
+            WriteMode::NoDelalloc => Ok(Fs::write_through(self, f, offset, len)?),
         }
-        Ok(())
     }
     fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError> {
         Ok(Fs::truncate(self, f, size)?)
@@ -260,11 +260,11 @@ impl Target for EngineTarget {
         Ok(free_space_of(self.fs().allocator()))
     }
 
+    /// The allocator's own statistics already count every request the
+    /// file layer served from a preallocation (as ext4's `collect_stats`
+    /// does on releasing the context), so nothing is added here.
     fn counters(&self) -> Option<AllocCounters> {
-        let fs = self.fs().stats();
-        Some(
-            AllocCounters::from_stats(&self.fs().allocator().stats()).with_pa_hits(fs.inode_pa_hits + fs.group_pa_hits),
-        )
+        Some(AllocCounters::from_stats(&self.fs().allocator().stats()))
     }
 
     fn mb_stats_text(&self) -> Option<String> {

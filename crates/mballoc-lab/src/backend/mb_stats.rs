@@ -25,9 +25,10 @@ pub struct AllocCounters {
 }
 
 impl AllocCounters {
-    /// The allocator's statistics, as ext4's mb_stats file would give them
-    /// for the allocator alone (a file layer adds its preallocation hits
-    /// with [`AllocCounters::with_pa_hits`]).
+    /// The allocator's statistics, as ext4's mb_stats file gives them:
+    /// `reqs` counts requests served from preallocations too, because the
+    /// file layer reports each to the allocator's statistics as ext4
+    /// releases every allocation context through `collect_stats`.
     pub fn from_stats(s: &MbStats) -> Self {
         AllocCounters {
             reqs: s.reqs,
@@ -38,13 +39,6 @@ impl AllocCounters {
             breaks: s.breaks,
             cr_hits: s.cr_hits,
         }
-    }
-
-    /// Count `hits` requests served from preallocations into `reqs`, as
-    /// ext4 counts them.
-    pub fn with_pa_hits(mut self, hits: u64) -> Self {
-        self.reqs += hits;
-        self
     }
 
     /// Parse /proc/fs/ext4/DEV/mb_stats (6.5+ layouts; older kernels name

@@ -41,9 +41,33 @@ impl Stats {
         }
     }
 
-    /// What the report says.
-    pub fn describe(self) -> String {
-        format!("mb_stats={} on every backend", self.value())
+    /// What the report says: the setting each backend of the run counts
+    /// under, the scenario's unless the run's settings override it. xfs
+    /// and btrfs have no such counters, and the engine behind `mballoc
+    /// mount` does not export its own: both are named as not counting.
+    pub fn describe(self, env: &Env) -> String {
+        use crate::settings::Scope;
+        let mut parts: Vec<(String, String)> = Vec::new();
+        for b in &env.backends {
+            let (name, value) = match b {
+                BackendKind::Engine => {
+                    ("engine", env.settings.get(Scope::Engine, "mb_stats").unwrap_or(self.value()).to_string())
+                }
+                BackendKind::Kernel(KernelFs::Ext4) => (
+                    "ext4",
+                    env.settings.get(Scope::Kernel(KernelFs::Ext4), "mb_stats").unwrap_or(self.value()).to_string(),
+                ),
+                BackendKind::Kernel(k) => (k.name(), "none (no such counters)".to_string()),
+                BackendKind::Mounted => ("mount", "none (the server does not export them)".to_string()),
+            };
+            parts.push((name.to_string(), value));
+        }
+        let counting: Vec<&(String, String)> = parts.iter().filter(|p| !p.1.starts_with("none")).collect();
+        if parts.len() == counting.len() && counting.windows(2).all(|w| w[0].1 == w[1].1) {
+            return format!("mb_stats={} on every backend", counting.first().map_or(self.value(), |p| p.1.as_str()));
+        }
+        let list: Vec<String> = parts.iter().map(|(b, v)| format!("{b} {v}")).collect();
+        format!("mb_stats: {}", list.join(", "))
     }
 }
 
@@ -312,7 +336,7 @@ pub fn for_each_variant(
     variants: &[Variant],
     mut each: impl FnMut(&Variant, &mut ScenarioReport) -> Result<(), LabError>,
 ) {
-    rep.statistics = Some(stats.describe());
+    rep.statistics = Some(stats.describe(env));
     for v in variants {
         let v = &v.clone().under(stats, env);
         let backend = v.backend().name();

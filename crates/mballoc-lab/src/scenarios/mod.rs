@@ -129,10 +129,14 @@ impl Env {
         self
     }
 
-    /// `w` as this run starts it: on the image, if there is one.
+    /// `w` as this run starts it: on the image, if there is one, its
+    /// streams issued as `workload.interleave` says, if set.
     pub fn workload(&self, mut w: Workload) -> Workload {
         if let Some(img) = &self.image {
             img.apply(&mut w);
+        }
+        if let Some(i) = self.settings.interleave() {
+            w.interleave = i;
         }
         w
     }
