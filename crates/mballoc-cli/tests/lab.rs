@@ -64,7 +64,12 @@ fn a_workload_runs_with_settings_sweeps_repeats_and_csv() {
     // Progress without a terminal: one line per scenario run.
     assert!(t.contains("scenario 1 of 1: appenders, engine.stream_placement=kernel, repeat 2 of 2"), "{t}");
     let c = std::fs::read_to_string(&csv).unwrap();
-    assert!(c.starts_with("scenario,backend,variant,setting,repeat,metric,value\n"), "{c}");
+    assert!(c.starts_with("scenario,backend,variant,settings,swept,repeat,metric,value\n"), "{c}");
+    // Each row names every setting in force on its backend, then the swept one.
+    assert!(
+        c.contains("mb_optimize_scan=1;mb_max_to_scan=50;stream_placement=kernel,engine.stream_placement=kernel,"),
+        "{c}"
+    );
     for want in
         ["engine.stream_placement=per-file,1,ops_per_s", "engine.stream_placement=kernel,2,avg_extents_per_file"]
     {
@@ -135,9 +140,15 @@ fn a_workload_that_fails_on_every_backend_exits_nonzero() {
 fn lab_settings_lists_every_key() {
     let o = mballoc(&["lab", "settings"]);
     assert!(o.status.success());
-    for key in ["engine.mb_max_to_scan", "engine.profile", "engine.prealloc_table", "SCOPE.mount", "ext4.KNOB"] {
-        assert!(text(&o).contains(key), "{key}");
+    let t = text(&o);
+    for key in ["engine.KEY", "ext4.KNOB", "workload.KEY", "mb_max_to_scan", "prealloc_table", "mount", "interleave"] {
+        assert!(t.contains(key), "{key}: {t}");
     }
+    // Defaults, kernel-profile values, units and ranges.
+    let line = t.lines().find(|l| l.trim_start().starts_with("locality_groups")).expect("locality_groups");
+    assert!(line.contains("groups") && line.contains("1 .."), "{line}");
+    let line = t.lines().find(|l| l.trim_start().starts_with("mb_max_to_scan")).expect("mb_max_to_scan");
+    assert!(line.contains("200") && line.contains("extents"), "{line}");
 }
 
 fn lab_leftovers(pid: u32) -> Vec<String> {
@@ -230,5 +241,78 @@ fn an_interrupted_fidelity_run_turns_its_tracepoints_off() {
     assert_eq!(status.code(), Some(130), "{rest}");
     assert_eq!(std::fs::read_to_string(enable).unwrap().trim(), "0", "{rest}");
     wait_for("the mount to go", Duration::from_secs(10), || lab_leftovers(pid).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sweeps_run_only_the_backends_their_keys_configure() {
+    let dir = scratch("scoped");
+    let wl = dir.join("w.toml");
+    std::fs::write(&wl, APPENDERS).unwrap();
+    let root = mballoc_testkit::can_loop_mount();
+    let backends = if root { "engine,ext4" } else { "engine" };
+    let o = mballoc(&[
+        "lab",
+        "workload",
+        wl.to_str().unwrap(),
+        "--backends",
+        backends,
+        "--sweep",
+        "engine.mb_max_to_scan=50,200",
+        "--sweep",
+        "ext4.mb_max_to_scan=50,200",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = doc["scenarios"][0]["rows"].as_array().unwrap();
+    let count = |b: &str| rows.iter().filter(|r| r["backend"] == b).count();
+    // The sum of the sweeps, not their product.
+    assert_eq!(count("engine"), 2, "{rows:?}");
+    if root {
+        assert_eq!(count("ext4"), 2, "{rows:?}");
+        assert!(rows.iter().all(|r| r["point"].as_object().unwrap().len() == 1), "{rows:?}");
+    } else {
+        eprintln!("ext4 half skipped: needs root and loop devices");
+    }
+    assert!(doc["header"]["command"].as_str().unwrap().contains("--sweep engine.mb_max_to_scan=50,200"), "{doc}");
+    // Zipped keys of one scope need as many values each.
+    let o = mballoc(&[
+        "lab",
+        "workload",
+        wl.to_str().unwrap(),
+        "--backends",
+        "engine",
+        "--sweep",
+        "engine.mb_max_to_scan=50,200",
+        "--sweep",
+        "engine.mb_min_to_scan=5",
+        "--sweep-mode",
+        "zip",
+    ]);
+    assert!(!o.status.success() && text(&o).contains("as many"), "{}", text(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn kernel_settings_are_checked_before_anything_runs() {
+    let dir = scratch("kernel-bad");
+    let wl = dir.join("w.toml");
+    std::fs::write(&wl, APPENDERS).unwrap();
+    let w = wl.to_str().unwrap();
+    let o = mballoc(&["lab", "workload", w, "--backends", "engine,ext4", "--set", "ext4.mb_max_to_scam=5"]);
+    assert!(!o.status.success() && text(&o).contains("no ext4 knob"), "{}", text(&o));
+    if !mballoc_testkit::can_loop_mount() {
+        eprintln!("skipped the kernel's own check: needs root and loop devices");
+        return;
+    }
+    for (arg, want) in [("ext4.mkfs=-O no_such_feature", "ext4.mkfs"), ("ext4.mount=no_such_option", "ext4.mount")] {
+        let o = mballoc(&["lab", "workload", w, "--backends", "engine,ext4", "--set", arg]);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(want), "{arg}: {t}");
+        assert!(!t.contains("scenario 1 of"), "nothing ran: {t}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
