@@ -211,9 +211,10 @@ struct Output {
     #[arg(long, value_name = "MODE", default_value = "product", value_parser = ["product", "zip"])]
     sweep_mode: String,
     /// Run every row N times: tables show the median and min–max, JSON and
-    /// CSV keep every sample.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    repeat: u32,
+    /// CSV keep every sample. Default: 3 for a full-size `lab run` (its
+    /// figures are the headline ones), 1 for `--quick` and `lab workload`.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -455,7 +456,7 @@ fn run() -> Result<()> {
                     })
                     .collect::<Result<_>>()?
             };
-            let plan = Plan::new(&out, Settings::default(), &[])?;
+            let plan = Plan::new(&out, Settings::default(), &[])?.repeat_by_default(if quick { 1 } else { 3 });
             let image = from_image.as_deref().map(StartImage::open).transpose()?;
             plan.preflight(image.as_ref().map_or(4096, |i| i.block_size))?;
             let jobs: Vec<Job> = chosen

@@ -22,6 +22,7 @@ pub struct Plan {
     points: Vec<Point>,
     swept: Vec<String>,
     repeat: u32,
+    repeat_given: bool,
     backends: Vec<BackendKind>,
 }
 
@@ -52,9 +53,18 @@ impl Plan {
             settings,
             points: sweep::points(&all, mode)?,
             swept: all.into_iter().map(|(k, _)| k).collect(),
-            repeat: out.repeat,
+            repeat: out.repeat.unwrap_or(1),
+            repeat_given: out.repeat.is_some(),
             backends: backends(&out.backends)?,
         })
+    }
+
+    /// Repeat `n` times unless `--repeat` said otherwise.
+    pub fn repeat_by_default(mut self, n: u32) -> Plan {
+        if !self.repeat_given {
+            self.repeat = n;
+        }
+        self
     }
 
     /// Have the kernel check the kernel settings of every point on a

@@ -53,6 +53,7 @@ pub fn run(env: &Env, p: &Prepared) -> ScenarioReport {
         vec![
             col("ops_per_s", "ops/s", 0),
             col("mib_per_s", "MiB/s", 1),
+            col("placed_mib_per_s", "placed MiB/s (no I/O)", 1),
             col("files_per_s", "files/s", 0),
             col("avg_extents_per_file", "extents/file", 2),
             col("free_extents", "free extents", 0),
@@ -71,9 +72,8 @@ pub fn run(env: &Env, p: &Prepared) -> ScenarioReport {
         let r = r?;
         t.sync();
         let mut row = Row::new(backend, v.label());
-        row.set("ops_per_s", r.ops_per_s().round())
-            .set("mib_per_s", (r.mib_per_s() * 10.0).round() / 10.0)
-            .set("files_per_s", r.creates_per_s().round());
+        row.set("ops_per_s", r.ops_per_s().round()).set("files_per_s", r.creates_per_s().round());
+        scenarios::bandwidth(&mut row, t, "mib_per_s", r.mib_per_s());
         scenarios::layout_metrics(&mut row, t, w.block_size, |_| true);
         scenarios::free_metrics(&mut row, t, backend);
         rep.rows.push(row);

@@ -271,6 +271,10 @@ impl Target for EngineTarget {
         Some(self.fs().allocator().mb_stats_report())
     }
 
+    fn moves_data(&self) -> bool {
+        !matches!(self.engine, Engine::Memory(_))
+    }
+
     fn engine_stats(&self) -> Option<mballoc_fs::FsStats> {
         Some(self.fs().stats())
     }

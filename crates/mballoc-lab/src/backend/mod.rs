@@ -119,6 +119,12 @@ pub trait Target: Sync {
     fn engine_stats(&self) -> Option<mballoc_fs::FsStats> {
         None
     }
+    /// Whether a write moves data to a device. The in-memory engine only
+    /// places blocks: its bytes per second are allocation speed, never
+    /// bandwidth, and are reported apart ([`crate::scenarios::bandwidth`]).
+    fn moves_data(&self) -> bool {
+        true
+    }
 }
 
 /// How the engine treats buffered writes.

@@ -84,6 +84,10 @@ pub struct Row {
     /// The swept settings this row ran with (`--sweep`), by key.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub point: BTreeMap<String, String>,
+    /// No data moved: the row's bytes per second are blocks placed in
+    /// memory, kept under `placed_*` keys, never in a bandwidth column.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_data: bool,
     /// The run's settings that configured this row's backend
     /// (`key=value`, its scope's and the workload's), swept ones included.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -101,6 +105,7 @@ impl Row {
             variant: variant.into(),
             metrics: Map::new(),
             point: BTreeMap::new(),
+            no_data: false,
             settings: Vec::new(),
             samples: BTreeMap::new(),
         }
@@ -111,11 +116,14 @@ impl Row {
     /// that overrode the variant's own.
     pub fn label(&self) -> String {
         let unswept = self.unswept_settings();
-        if unswept.is_empty() {
-            self.variant.clone()
-        } else {
-            format!("{} [{}]", self.variant, unswept.join(", "))
+        let mut l = self.variant.clone();
+        if self.no_data {
+            l.push_str(" (in memory: no data moved)");
         }
+        if !unswept.is_empty() {
+            let _ = write!(l, " [{}]", unswept.join(", "));
+        }
+        l
     }
 
     /// The settings in force that were not swept (a swept one has a column

@@ -68,6 +68,7 @@ const ON_DEVICE: &[&str] = &["optimize_scan", "linear scan", "optimize_scan, tri
 
 struct Phase {
     mib_per_s: f64,
+    moves_data: bool,
     row: Row,
 }
 
@@ -89,7 +90,7 @@ fn write_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<P
     layout_metrics(&mut row, t, w.block_size, |n| n.starts_with("dd."));
     let ext = row.metrics.get("avg_extents_per_file").cloned().unwrap_or_default();
     row.set("extents", ext);
-    Ok(Phase { mib_per_s: r.mib_per_s(), row })
+    Ok(Phase { mib_per_s: r.mib_per_s(), moves_data: t.moves_data(), row })
 }
 
 fn used_pct(t: &dyn Target) -> Option<f64> {
@@ -138,8 +139,15 @@ fn pair(env: &Env, w: &Workload, v: &Variant) -> Result<Row, LabError> {
     row.backend = backend.into();
     row.variant = variant.into();
     row.set("used_pct_before", used.map_or(serde_json::Value::from("n/a"), |u| ((u * 10.0).round() / 10.0).into()));
-    row.set("fresh_mib_per_s", (f.mib_per_s * 10.0).round() / 10.0);
-    row.set("aged_mib_per_s", (a.mib_per_s * 10.0).round() / 10.0);
+    let (fresh_key, aged_key) = if a.moves_data {
+        ("fresh_mib_per_s", "aged_mib_per_s")
+    } else {
+        row.no_data = true;
+        row.set("fresh_mib_per_s", serde_json::Value::Null).set("aged_mib_per_s", serde_json::Value::Null);
+        ("placed_fresh_mib_per_s", "placed_aged_mib_per_s")
+    };
+    row.set(fresh_key, (f.mib_per_s * 10.0).round() / 10.0);
+    row.set(aged_key, (a.mib_per_s * 10.0).round() / 10.0);
     row.set("aged_vs_fresh", (a.mib_per_s / f.mib_per_s * 1000.0).round() / 1000.0);
     row.set("runs", RUNS as u64);
     Ok(row)
@@ -184,6 +192,8 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("used_pct_before", "used %", 1),
             col("fresh_mib_per_s", "fresh MiB/s", 0),
             col("aged_mib_per_s", "aged MiB/s", 0),
+            col("placed_fresh_mib_per_s", "fresh placed MiB/s (no I/O)", 0),
+            col("placed_aged_mib_per_s", "aged placed MiB/s (no I/O)", 0),
             col("aged_vs_fresh", "aged/fresh", 3),
             col("extents", "extents", 0),
             col("reqs", "requests", 0),

@@ -27,6 +27,21 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Set bandwidth metric `key` of `row` to `mib_per_s` when `t` moves
+/// data; otherwise mark the row as moving none and keep the figure as
+/// `placed_KEY` (allocation speed), leaving the bandwidth cell empty, so
+/// in-process placement never sits in a column with device I/O.
+pub fn bandwidth(row: &mut Row, t: &dyn Target, key: &str, mib_per_s: f64) {
+    let v = (mib_per_s * 10.0).round() / 10.0;
+    if t.moves_data() {
+        row.set(key, v);
+    } else {
+        row.no_data = true;
+        row.set(key, serde_json::Value::Null);
+        row.set(&format!("placed_{key}"), v);
+    }
+}
+
 /// What every scenario is given.
 pub struct Env {
     /// Smaller sizes, shorter times.
@@ -235,10 +250,16 @@ pub fn measure(
 /// large steps until the volume is full, then smaller ones, down to one
 /// block. Returns the bytes allocated.
 pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, LabError> {
+    fill_in(target, slot, block, &[64 << 20, 1 << 20, 64 * block, block])
+}
+
+/// [`fill`] with fallocate calls of each of `steps` bytes in turn, each
+/// until the volume is full.
+fn fill_in(target: &dyn Target, slot: u32, block: u64, steps: &[u64]) -> Result<u64, LabError> {
     let create = Op { kind: OpKind::Create, file: slot, offset: 0, len: 0 };
     runner::apply_all(target, [create])?;
     let mut at = 0u64;
-    for step in [64 << 20, 1 << 20, 64 * block, block] {
+    for &step in steps.iter().chain([block].iter()) {
         loop {
             let op = Op { kind: OpKind::Fallocate, file: slot, offset: at, len: step };
             match target.apply(&op) {
@@ -251,6 +272,14 @@ pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, LabError>
         }
     }
     Ok(at)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// Age the volume of workload `w` through file slot 0: fill it, punch
@@ -268,7 +297,13 @@ pub fn fill_and_punch(
     if w.image.is_some() {
         return Ok(());
     }
-    let size = fill(target, 0, u64::from(w.block_size))?;
+    // Filled in pieces the pattern punches whole: a copy-on-write file
+    // system (btrfs) frees an extent only when every block of it is
+    // unreferenced, so holes punched across larger extents would free
+    // nothing. ext4 and the engine merge the pieces into the same extents.
+    let block = u64::from(w.block_size);
+    let piece = gcd(gcd(period, phase), len);
+    let size = fill_in(target, 0, block, &[piece.max(block)])?;
     punch_pattern(target, 0, size, period, phase, len, keep)?;
     target.sync();
     Ok(())
