@@ -316,3 +316,41 @@ fn kernel_settings_are_checked_before_anything_runs() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn every_workload_op_runs_on_every_backend() {
+    let dir = scratch("ops");
+    let wl = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/workloads/publish.toml");
+    let root = mballoc_testkit::can_loop_mount();
+    let fuse = root && std::path::Path::new("/dev/fuse").exists();
+    let mut backends = vec!["engine"];
+    if root {
+        backends.extend(["ext4", "xfs", "btrfs"]);
+    } else {
+        eprintln!("kernel backends skipped: needs root and loop devices");
+    }
+    if fuse {
+        backends.push("mount");
+    } else {
+        eprintln!("mount backend skipped: needs root and /dev/fuse");
+    }
+    let list = backends.join(",");
+    let o = mballoc(&["lab", "workload", wl, "--backends", &list, "--json", "--out", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sc = &doc["scenarios"][0];
+    let skipped: Vec<String> =
+        sc["skipped"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect();
+    assert_eq!(sc["failures"], 0, "{}", text(&o));
+    for b in &backends {
+        if skipped.iter().any(|s| s.starts_with(&format!("{b}:"))) {
+            eprintln!("{b} skipped here: {skipped:?}");
+            continue;
+        }
+        let row = sc["rows"].as_array().unwrap().iter().find(|r| r["backend"] == *b).unwrap_or_else(|| panic!("{b}"));
+        // What is left: the four archive links (the readers unlinked the
+        // published names), each 768 KiB written in three advancing rounds.
+        assert_eq!(row["metrics"]["files"], 4, "{b}: {row}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -4,7 +4,7 @@
 //! at the deadline the way will-it-scale reads its tasks' counters.
 
 use crate::backend::{OpError, Target};
-use crate::workload::{Interleave, Op, StreamSpec};
+use crate::workload::{Interleave, Op, OpKind, StreamSpec};
 use crossbeam_utils::CachePadded;
 use indicatif::ProgressBar;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -138,6 +138,7 @@ pub fn run(
     };
     let cpus = binding(interleave);
     let ready = StartGate::default();
+    let gates = Gates::new(streams);
     // The run's start, set just before the threads are released, and the
     // latest moment a thread ran out of operations.
     let start_at: OnceLock<Instant> = OnceLock::new();
@@ -151,7 +152,7 @@ pub fn run(
         match interleave {
             Interleave::Threads | Interleave::PinnedThreads => {
                 for (i, spec) in streams.iter().enumerate() {
-                    let (counters, stop, ready, fail, end) = (&counters, &stop, &ready, &fail, &end);
+                    let (counters, stop, ready, fail, end, gates) = (&counters, &stop, &ready, &fail, &end, &gates);
                     let cpus = &cpus;
                     handles.push(s.spawn(move || {
                         bind_worker(cpus, i);
@@ -160,12 +161,20 @@ pub fn run(
                             if stop.load(Ordering::Relaxed) {
                                 break;
                             }
+                            if op.kind.is_gate() {
+                                if let Err(error) = gates.pass(i, &op, stop) {
+                                    fail(RunError { stream: i, op, error });
+                                    break;
+                                }
+                                continue;
+                            }
                             if let Err(error) = target.apply(&op) {
                                 fail(RunError { stream: i, op, error });
                                 break;
                             }
                             counters[i].count(&op);
                         }
+                        gates.leave();
                         // Read as the thread stops: after the deadline a
                         // thread sees `stop` at its next operation, so the
                         // CPU time past the count is at most one operation.
@@ -175,27 +184,44 @@ pub fn run(
                 }
             }
             Interleave::InTurn => {
-                let (counters, stop, ready, fail, end) = (&counters, &stop, &ready, &fail, &end);
+                let (counters, stop, ready, fail, end, gates) = (&counters, &stop, &ready, &fail, &end, &gates);
                 handles.push(s.spawn(move || {
                     let mut its: Vec<_> = streams.iter().map(|s| Some(s.ops())).collect();
+                    // An operation a stream could not issue yet (a wait
+                    // whose gate is not open): tried again on its next turn.
+                    let mut held: Vec<Option<Op>> = vec![None; its.len()];
                     ready.wait();
                     let mut live = its.len();
                     while live > 0 && !stop.load(Ordering::Relaxed) {
+                        let mut moved = false;
                         for (i, it) in its.iter_mut().enumerate() {
                             let Some(ops) = it else { continue };
-                            match ops.next() {
-                                None => {
-                                    *it = None;
-                                    live -= 1;
+                            let Some(op) = held[i].take().or_else(|| ops.next()) else {
+                                *it = None;
+                                live -= 1;
+                                moved = true;
+                                continue;
+                            };
+                            if op.kind.is_gate() {
+                                if !gates.try_pass(&op) {
+                                    held[i] = Some(op);
+                                    continue;
                                 }
-                                Some(op) => {
-                                    if let Err(error) = target.apply(&op) {
-                                        fail(RunError { stream: i, op, error });
-                                        return;
-                                    }
-                                    counters[i].count(&op);
-                                }
+                                moved = true;
+                                continue;
                             }
+                            moved = true;
+                            if let Err(error) = target.apply(&op) {
+                                fail(RunError { stream: i, op, error });
+                                return;
+                            }
+                            counters[i].count(&op);
+                        }
+                        if !moved {
+                            let (i, op) =
+                                held.iter().enumerate().find_map(|(i, o)| o.map(|o| (i, o))).expect("a held wait");
+                            fail(RunError { stream: i, op, error: Gates::deadlock() });
+                            return;
                         }
                     }
                     end();
@@ -242,6 +268,79 @@ pub fn run(
             }
         },
     })
+}
+
+/// Job ordering: counters that `signal` operations raise and `wait`
+/// operations wait on. A wait that no live stream can ever end (every
+/// stream still running waits too) is a deadlock, reported as the waiting
+/// operation's failure rather than a hang.
+struct Gates {
+    signals: Vec<AtomicU64>,
+    /// Streams that have not ended.
+    live: AtomicUsize,
+    /// What each waiting stream waits for: `(gate, signals)`.
+    waiting: Mutex<Vec<(usize, u32, u64)>>,
+}
+
+impl Gates {
+    fn new(streams: &[StreamSpec]) -> Gates {
+        let n = streams.iter().map(StreamSpec::gates).max().unwrap_or(0);
+        Gates {
+            signals: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            live: AtomicUsize::new(streams.len()),
+            waiting: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn deadlock() -> OpError {
+        OpError::Failed("waits for a signal no running stream will give (the jobs' `after` form a cycle)".into())
+    }
+
+    fn open(&self, gate: u32, n: u64) -> bool {
+        self.signals[gate as usize].load(Ordering::SeqCst) >= n
+    }
+
+    /// Signal, or report whether the wait is over.
+    fn try_pass(&self, op: &Op) -> bool {
+        match op.kind {
+            OpKind::Signal => {
+                self.signals[op.file as usize].fetch_add(1, Ordering::SeqCst);
+                true
+            }
+            _ => self.open(op.file, op.offset),
+        }
+    }
+
+    /// Stream `stream` signals, or waits until the gate opens, the run
+    /// stops, or no stream is left to open it: every live stream waits,
+    /// and at a gate still closed.
+    fn pass(&self, stream: usize, op: &Op, stop: &AtomicBool) -> Result<(), OpError> {
+        if self.try_pass(op) {
+            return Ok(());
+        }
+        self.waiting.lock().expect("waiters").push((stream, op.file, op.offset));
+        let out = loop {
+            if self.try_pass(op) || stop.load(Ordering::Relaxed) {
+                break Ok(());
+            }
+            {
+                let w = self.waiting.lock().expect("waiters");
+                // A stream signals before it leaves, so a gate seen closed
+                // after its last signaller left stays closed.
+                if w.len() >= self.live.load(Ordering::SeqCst) && w.iter().all(|&(_, g, n)| !self.open(g, n)) {
+                    break Err(Self::deadlock());
+                }
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        };
+        self.waiting.lock().expect("waiters").retain(|w| w.0 != stream);
+        out
+    }
+
+    /// A stream has ended.
+    fn leave(&self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The scheduler's own fairness: `workers` threads placed as `interleave`

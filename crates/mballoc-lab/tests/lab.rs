@@ -106,15 +106,21 @@ fn freefrag_layout_matches_e2freefrag_on_a_kernel_ext4_image() {
     // Files with holes of several sizes, some crossing group boundaries.
     let mut ops = vec![];
     for f in 0..3u32 {
-        ops.push(Op { kind: OpKind::Create, file: f, offset: 0, len: 0 });
-        ops.push(Op { kind: OpKind::Fallocate, file: f, offset: 0, len: 48 << 20 });
+        ops.push(Op { kind: OpKind::Create, file: f, offset: 0, len: 0, to: 0 });
+        ops.push(Op { kind: OpKind::Fallocate, file: f, offset: 0, len: 48 << 20, to: 0 });
     }
     for (i, len) in [4096u64, 8192, 12288, 65536, 1 << 20, 5 << 20].iter().enumerate() {
-        ops.push(Op { kind: OpKind::Punch, file: (i % 3) as u32, offset: (i as u64 + 1) * (6 << 20), len: *len });
+        ops.push(Op {
+            kind: OpKind::Punch,
+            file: (i % 3) as u32,
+            offset: (i as u64 + 1) * (6 << 20),
+            len: *len,
+            to: 0,
+        });
     }
     runner::apply_all(&t, ops).unwrap();
     for f in 0..3 {
-        runner::apply_all(&t, [Op { kind: OpKind::Close, file: f, offset: 0, len: 0 }]).unwrap();
+        runner::apply_all(&t, [Op { kind: OpKind::Close, file: f, offset: 0, len: 0, to: 0 }]).unwrap();
     }
     t.sync();
     let ours = t.free_space().unwrap().histogram();

@@ -2,20 +2,20 @@
 //! persistent volume (mballoc-vol) whose writes carry data and whose
 //! fsyncs go through the journal.
 
+use super::slots::Slots;
 use super::{AllocCounters, OpError, Target, WriteMode};
 use crate::error::LabError;
 use crate::metrics::{FileLayout, FreeSpace, Record};
 use crate::workload::{Op, OpKind};
 use mballoc_fs::{FallocateMode, FileId, Fs};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The engine as a backend: in memory, or a persistent volume whose
 /// writes carry data and whose fsyncs go through the journal.
 pub struct EngineTarget {
     engine: Engine,
-    files: Vec<AtomicU64>,
+    files: Slots,
     names: Vec<String>,
     write_mode: WriteMode,
 }
@@ -65,6 +65,11 @@ trait FileOps {
     fn create(&self) -> Result<u64, OpError>;
     /// Open an existing file again and empty it (`creat` on an existing name).
     fn reopen_empty(&self, f: FileId) -> Result<(), OpError>;
+    /// Open an existing file as it is.
+    fn open(&self, f: FileId) -> Result<(), OpError>;
+    /// Read `len` bytes at `offset` (the engine in memory looks up the
+    /// mapping: it holds no data).
+    fn read(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError>;
     fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError>;
     fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError>;
     fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError>;
@@ -79,8 +84,16 @@ impl FileOps for Fs {
         Ok(Fs::create(self)?.0)
     }
     fn reopen_empty(&self, f: FileId) -> Result<(), OpError> {
-        self.open(f)?;
+        Fs::open(self, f)?;
         Ok(Fs::truncate(self, f, 0)?)
+    }
+    fn open(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::open(self, f)?)
+    }
+    fn read(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
+        let bs = self.block_size();
+        Fs::lookup(self, f, offset / bs, (offset + len).div_ceil(bs))?;
+        Ok(())
     }
     fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
         Ok(Fs::fallocate(self, f, offset, len, mode)?)
@@ -118,6 +131,22 @@ impl FileOps for mballoc_vol::Volume {
         self.open_file(f)?;
         Ok(mballoc_vol::Volume::truncate(self, f, 0)?)
     }
+    fn open(&self, f: FileId) -> Result<(), OpError> {
+        Ok(self.open_file(f)?)
+    }
+    fn read(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
+        let mut buf = vec![0u8; len.min(1 << 20) as usize];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            let got = mballoc_vol::Volume::read(self, f, offset + at, &mut buf[..n])?;
+            if got == 0 {
+                break;
+            }
+            at += got as u64;
+        }
+        Ok(())
+    }
     fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {
         Ok(mballoc_vol::Volume::fallocate(self, f, offset, len, mode)?)
     }
@@ -154,19 +183,14 @@ static PATTERN: [u8; 1 << 16] = [0xA5; 1 << 16];
 impl EngineTarget {
     /// `names` are the workload's files, by slot.
     pub fn new(fs: Fs, names: Vec<String>, write_mode: WriteMode) -> Self {
-        EngineTarget {
-            engine: Engine::Memory(Arc::new(fs)),
-            files: names.iter().map(|_| AtomicU64::new(0)).collect(),
-            names,
-            write_mode,
-        }
+        EngineTarget { engine: Engine::Memory(Arc::new(fs)), files: Slots::new(names.len()), names, write_mode }
     }
 
     /// A persistent volume kept in `file` (removed when the target goes).
     pub fn persistent(vol: mballoc_vol::Volume, file: VolumeFile, names: Vec<String>) -> Self {
         EngineTarget {
             engine: Engine::Persistent { vol: Box::new(vol), _file: file },
-            files: names.iter().map(|_| AtomicU64::new(0)).collect(),
+            files: Slots::new(names.len()),
             names,
             write_mode: WriteMode::Delalloc,
         }
@@ -183,36 +207,64 @@ impl EngineTarget {
 
     /// One operation on whichever engine this target holds.
     fn apply_to(&self, files: &impl FileOps, op: &Op) -> Result<(), OpError> {
+        let id = || self.files.open_id(op.file);
         match op.kind {
-            OpKind::Create => {
-                let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
-                match slot.load(Ordering::Acquire) {
-                    0 => slot.store(files.create()?, Ordering::Release),
-                    id => files.reopen_empty(FileId(id))?,
+            OpKind::Create => match self.files.named(op.file) {
+                None => {
+                    let id = files.create()?;
+                    let d = self.files.created(op.file, id)?;
+                    self.dropped(files, d)?
+                }
+                Some(f) => {
+                    if self.files.open(op.file)? {
+                        files.reopen_empty(f)?;
+                    } else {
+                        files.truncate(f, 0)?;
+                    }
+                }
+            },
+            OpKind::Open => {
+                let f = self
+                    .files
+                    .named(op.file)
+                    .ok_or_else(|| OpError::Failed(format!("{} does not exist", self.name(op.file))))?;
+                if self.files.open(op.file)? {
+                    files.open(f)?;
                 }
             }
-            OpKind::Fallocate => files.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::ExtendSize)?,
-            OpKind::FallocateKeepSize => {
-                files.fallocate(self.id(op.file)?, op.offset, op.len, FallocateMode::KeepSize)?
-            }
-            OpKind::Write => files.write(self.id(op.file)?, op.offset, op.len, self.write_mode)?,
-            OpKind::Truncate => files.truncate(self.id(op.file)?, op.offset)?,
-            OpKind::Punch => files.punch_hole(self.id(op.file)?, op.offset, op.len)?,
-            OpKind::Fsync => files.fsync(self.id(op.file)?)?,
-            OpKind::Close => files.close(self.id(op.file)?)?,
-            OpKind::Unlink => {
-                files.unlink(self.id(op.file)?)?;
-                self.files[op.file as usize].store(0, Ordering::Release);
+            OpKind::Fallocate => files.fallocate(id()?, op.offset, op.len, FallocateMode::ExtendSize)?,
+            OpKind::FallocateKeepSize => files.fallocate(id()?, op.offset, op.len, FallocateMode::KeepSize)?,
+            OpKind::Write => files.write(id()?, op.offset, op.len, self.write_mode)?,
+            OpKind::Read => files.read(id()?, op.offset, op.len)?,
+            OpKind::Truncate => files.truncate(id()?, op.offset)?,
+            OpKind::Punch => files.punch_hole(id()?, op.offset, op.len)?,
+            OpKind::Fsync => files.fsync(id()?)?,
+            OpKind::Close => self.dropped(files, self.files.close(op.file)?)?,
+            OpKind::Unlink => self.dropped(files, self.files.unlink(op.file)?)?,
+            OpKind::Rename => self.dropped(files, self.files.rename(op.file, op.to)?)?,
+            OpKind::Link => self.files.link(op.file, op.to)?,
+            // The engine keeps no directories: the names are the slots'.
+            OpKind::Mkdir => {}
+            OpKind::Wait | OpKind::Signal => {
+                return Err(OpError::Failed(format!("{} is the runner's, not a backend's", op.kind.name())))
             }
         }
         Ok(())
     }
 
-    fn id(&self, slot: u32) -> Result<FileId, OpError> {
-        match self.files.get(slot as usize).map(|a| a.load(Ordering::Acquire)) {
-            Some(0) | None => Err(OpError::Failed(format!("file slot {slot} is not open"))),
-            Some(id) => Ok(FileId(id)),
+    /// Close the handles and remove the files a change let go of.
+    fn dropped(&self, files: &impl FileOps, d: super::slots::Dropped) -> Result<(), OpError> {
+        for f in d.close {
+            files.close(f)?;
         }
+        for f in d.unlink {
+            files.unlink(f)?;
+        }
+        Ok(())
+    }
+
+    fn name(&self, slot: u32) -> &str {
+        self.names.get(slot as usize).map_or("?", String::as_str)
     }
 }
 
@@ -240,14 +292,10 @@ impl Target for EngineTarget {
 
     fn layouts(&self) -> Result<Vec<FileLayout>, LabError> {
         let mut out = Vec::new();
-        for (slot, id) in self.files.iter().enumerate() {
-            let id = id.load(Ordering::Acquire);
-            if id == 0 {
-                continue;
-            }
+        for (slot, id) in self.files.files() {
             let records = self
                 .fs()
-                .extents(FileId(id))?
+                .extents(id)?
                 .into_iter()
                 .map(|e| Record { logical: e.logical, physical: e.physical, len: e.len.into() })
                 .collect();

@@ -54,6 +54,7 @@ impl Target for KernelTarget {
     fn layouts(&self) -> Result<Vec<FileLayout>, LabError> {
         let bs = u64::from(self.block_size);
         let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for name in self.files.names() {
             let path = self.files.root().join(name);
             let f = match File::open(&path) {
@@ -61,6 +62,11 @@ impl Target for KernelTarget {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(LabError::io(path.display().to_string(), e)),
             };
+            // Directories are not files; a file with several names once.
+            let meta = f.metadata().map_err(|e| LabError::io(path.display().to_string(), e))?;
+            if !meta.is_file() || !seen.insert(std::os::unix::fs::MetadataExt::ino(&meta)) {
+                continue;
+            }
             let records = sys::fiemap(&f)
                 .map_err(|e| LabError::io(format!("FIEMAP {}", path.display()), e))?
                 .into_iter()

@@ -8,6 +8,7 @@ mod engine;
 mod kernel;
 mod mb_stats;
 mod mounted;
+mod slots;
 mod syscall;
 
 pub use engine::{EngineTarget, VolumeFile};

@@ -212,14 +212,18 @@ impl Target for MountedTarget {
     fn layouts(&self) -> Result<Vec<FileLayout>, LabError> {
         let names = self.files.names().to_vec();
         self.with_volume(|vol| {
-            let dir = vol.lookup(vol.root(), b"lab")?;
             let mut out = Vec::new();
+            let mut seen = std::collections::HashSet::new();
             for name in names {
-                let ino = match vol.lookup(dir, name.as_bytes()) {
+                let ino = match vol.resolve(&format!("lab/{name}")) {
                     Ok(ino) => ino,
                     Err(mballoc_vol::VolError::NoEntry { .. }) => continue,
                     Err(e) => return Err(e.into()),
                 };
+                // Directories are not files; a file with several names once.
+                if vol.attr(ino)?.is_dir() || !seen.insert(ino) {
+                    continue;
+                }
                 let records = vol
                     .extents(ino)?
                     .into_iter()

@@ -12,6 +12,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+thread_local! {
+    /// Where reads land: one buffer per thread, grown once.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A workload's files under `root`, by slot.
 pub(crate) struct SyscallFiles {
     files: Vec<RwLock<Option<Arc<File>>>>,
@@ -78,7 +83,7 @@ impl SyscallFiles {
     /// Open `slots` again, as they were (no truncation).
     pub(crate) fn reopen(&self, slots: &[usize]) -> Result<(), LabError> {
         for &i in slots {
-            let path = self.root.join(&self.names[i]);
+            let path = self.path(i as u32);
             let f = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -89,17 +94,34 @@ impl SyscallFiles {
         Ok(())
     }
 
+    fn path(&self, slot: u32) -> PathBuf {
+        self.root.join(self.name(slot))
+    }
+
+    /// Make the directories above `slot`'s path (a job's `dir`, a rename's
+    /// target).
+    fn parent_of(&self, slot: u32) -> Result<(), OpError> {
+        if let Some(p) = self.path(slot).parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        Ok(())
+    }
+
+    fn handle(&self, slot: u32) -> Result<&RwLock<Option<Arc<File>>>, OpError> {
+        self.files.get(slot as usize).ok_or_else(|| OpError::Failed(format!("no file slot {slot}")))
+    }
+
     pub(crate) fn apply(&self, op: &Op) -> Result<(), OpError> {
         match op.kind {
             OpKind::Create => {
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(self.root.join(self.name(op.file)))?;
-                let slot = self.files.get(op.file as usize).ok_or_else(|| OpError::Failed("no such slot".into()))?;
-                *slot.write() = Some(Arc::new(f));
+                self.parent_of(op.file)?;
+                let f =
+                    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(self.path(op.file))?;
+                *self.handle(op.file)?.write() = Some(Arc::new(f));
+            }
+            OpKind::Open => {
+                let f = OpenOptions::new().read(true).write(true).open(self.path(op.file))?;
+                *self.handle(op.file)?.write() = Some(Arc::new(f));
             }
             OpKind::Fallocate => sys::fallocate(&*self.file(op.file)?, FallocMode::ExtendSize, op.offset, op.len)?,
             OpKind::FallocateKeepSize => {
@@ -115,6 +137,23 @@ impl SyscallFiles {
                     at += n as u64;
                 }
             }
+            OpKind::Read => {
+                let f = self.file(op.file)?;
+                READ_BUF.with(|b| -> Result<(), OpError> {
+                    let mut buf = b.borrow_mut();
+                    buf.resize(1 << 20, 0);
+                    let mut at = 0;
+                    while at < op.len {
+                        let n = (op.len - at).min(buf.len() as u64) as usize;
+                        let got = f.read_at(&mut buf[..n], op.offset + at)?;
+                        if got == 0 {
+                            break;
+                        }
+                        at += got as u64;
+                    }
+                    Ok(())
+                })?;
+            }
             OpKind::Truncate => self.file(op.file)?.set_len(op.offset)?,
             OpKind::Fsync => self.file(op.file)?.sync_all()?,
             OpKind::Close => {
@@ -122,7 +161,25 @@ impl SyscallFiles {
                     *slot.write() = None;
                 }
             }
-            OpKind::Unlink => std::fs::remove_file(self.root.join(self.name(op.file)))?,
+            OpKind::Unlink => std::fs::remove_file(self.path(op.file))?,
+            OpKind::Mkdir => std::fs::create_dir_all(self.path(op.file))?,
+            OpKind::Rename => {
+                self.parent_of(op.to)?;
+                std::fs::rename(self.path(op.file), self.path(op.to))?;
+                // The source keeps its handle (a descriptor outlives a
+                // rename); one the target held on the file it replaced is
+                // closed, as the slot now names another file.
+                if op.to != op.file {
+                    *self.handle(op.to)?.write() = None;
+                }
+            }
+            OpKind::Link => {
+                self.parent_of(op.to)?;
+                std::fs::hard_link(self.path(op.file), self.path(op.to))?;
+            }
+            OpKind::Wait | OpKind::Signal => {
+                return Err(OpError::Failed(format!("{} is the runner's, not a backend's", op.kind.name())))
+            }
         }
         Ok(())
     }

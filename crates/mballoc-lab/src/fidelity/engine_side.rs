@@ -154,6 +154,22 @@ fn apply(
             fs.unlink(f)?;
             ids.remove(&op.file);
         }
+        OpKind::Open => {
+            let f = id(ids)?;
+            if open.insert(op.file, true) != Some(true) {
+                fs.open(f)?;
+            }
+        }
+        OpKind::Read => {
+            let bs = fs.block_size();
+            fs.lookup(id(ids)?, op.offset / bs, (op.offset + op.len).div_ceil(bs))?;
+        }
+        // No directories in the engine; the cases refuse the rest
+        // (`Case::check_ops`) before either side runs.
+        OpKind::Mkdir => {}
+        OpKind::Rename | OpKind::Link | OpKind::Wait | OpKind::Signal => {
+            unreachable!("refused by Case::check_ops: {}", op.kind.name())
+        }
     }
     Ok(())
 }

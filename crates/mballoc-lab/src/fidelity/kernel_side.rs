@@ -182,6 +182,27 @@ impl Kernel<'_> {
                 self.open.remove(&op.file);
                 std::fs::remove_file(&path).map_err(io)?;
             }
+            OpKind::Open => {
+                if let std::collections::hash_map::Entry::Vacant(e) = self.open.entry(op.file) {
+                    e.insert(OpenOptions::new().read(true).write(true).open(&path).map_err(io)?);
+                }
+            }
+            OpKind::Read => {
+                let f = self.file(op.file)?;
+                let mut buf = vec![0u8; op.len.min(1 << 20) as usize];
+                let mut at = 0;
+                while at < op.len {
+                    let n = (op.len - at).min(buf.len() as u64) as usize;
+                    match f.read_at(&mut buf[..n], op.offset + at).map_err(io)? {
+                        0 => break,
+                        got => at += got as u64,
+                    }
+                }
+            }
+            OpKind::Mkdir => std::fs::create_dir_all(&path).map_err(io)?,
+            OpKind::Rename | OpKind::Link | OpKind::Wait | OpKind::Signal => {
+                unreachable!("refused by Case::check_ops: {}", op.kind.name())
+            }
         }
         Ok(())
     }

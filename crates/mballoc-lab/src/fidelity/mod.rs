@@ -107,6 +107,7 @@ pub fn in_turn(streams: &[Vec<Op>]) -> Vec<Op> {
 /// kept in that directory for [`stored::load`] (the files are listed
 /// there).
 pub fn run(case: &Case, keep: Option<&std::path::Path>) -> Result<Agreement, LabError> {
+    case.check_ops()?;
     let image = kernel_side::make_image(case)?;
     let ops = in_turn(&case.trace.streams);
     if let Some(dir) = keep {

@@ -1,7 +1,7 @@
 //! Results and their renderings: text tables on the terminal and CSV
-//! ([`table`]), JSON (`{"header", "scenarios":[{"name","rows":[{"backend",
-//! "variant","metrics"}]}]}`), and an HTML page ([`page`]) with the same
-//! tables and SVG plots ([`plot`]). Every rendering starts from the run's
+//! (`table.rs`), JSON (`{"header", "scenarios":[{"name","rows":[{"backend",
+//! "variant","metrics"}]}]}`), and an HTML page (`page.rs`) with the same
+//! tables and SVG plots (`plot.rs`, drawn with plotters). Every rendering starts from the run's
 //! [`Header`], so two reports can always be told apart.
 
 mod page;

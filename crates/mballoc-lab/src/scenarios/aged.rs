@@ -36,8 +36,21 @@ pub fn workload(volume: u64, write: u64) -> Workload {
         image: None,
         seconds: None,
         jobs: vec![
-            Job { name: "age".into(), clones: 1, files: 1, setup: vec![], steps: vec![], repeat: 1 },
             Job {
+                dir: None,
+                names: None,
+                after: None,
+                name: "age".into(),
+                clones: 1,
+                files: 1,
+                setup: vec![],
+                steps: vec![],
+                repeat: 1,
+            },
+            Job {
+                dir: None,
+                names: None,
+                after: None,
                 name: "dd".into(),
                 clones: 1,
                 files: 1,
@@ -110,7 +123,7 @@ fn best_phase(env: &Env, t: &dyn Target, w: &Workload, label: &str) -> Result<Ph
     let mut best: Option<Phase> = None;
     for run in 0..RUNS {
         if run > 0 {
-            let unlink = Op { kind: OpKind::Unlink, file: DD_SLOT, offset: 0, len: 0 };
+            let unlink = Op { kind: OpKind::Unlink, file: DD_SLOT, offset: 0, len: 0, to: 0 };
             runner::apply_all(t, [unlink]).context(format!("{label}: removing the written file"))?;
             t.sync();
         }

@@ -31,6 +31,9 @@ pub fn workload(workers: u32, seconds: f64, volume: u64) -> Workload {
         image: None,
         seconds: Some(seconds),
         jobs: vec![Job {
+            dir: None,
+            names: None,
+            after: None,
             name: "fallocate2".into(),
             clones: workers,
             files: 1,

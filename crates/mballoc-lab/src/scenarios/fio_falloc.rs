@@ -27,6 +27,9 @@ pub fn workload(jobs: u32, file_bytes: u64, volume: u64) -> Workload {
         image: None,
         seconds: None,
         jobs: vec![Job {
+            dir: None,
+            names: None,
+            after: None,
             name: "job1".into(),
             clones: jobs,
             files: 1,

@@ -256,12 +256,12 @@ pub fn fill(target: &dyn Target, slot: u32, block: u64) -> Result<u64, LabError>
 /// [`fill`] with fallocate calls of each of `steps` bytes in turn, each
 /// until the volume is full.
 fn fill_in(target: &dyn Target, slot: u32, block: u64, steps: &[u64]) -> Result<u64, LabError> {
-    let create = Op { kind: OpKind::Create, file: slot, offset: 0, len: 0 };
+    let create = Op { kind: OpKind::Create, file: slot, offset: 0, len: 0, to: 0 };
     runner::apply_all(target, [create])?;
     let mut at = 0u64;
     for &step in steps.iter().chain([block].iter()) {
         loop {
-            let op = Op { kind: OpKind::Fallocate, file: slot, offset: at, len: step };
+            let op = Op { kind: OpKind::Fallocate, file: slot, offset: at, len: step, to: 0 };
             match target.apply(&op) {
                 Ok(()) => at += step,
                 Err(OpError::NoSpace) => break,
@@ -325,7 +325,7 @@ pub fn punch_pattern(
     let mut i = 0;
     while i * period + phase + len <= size {
         if keep(i) {
-            let op = Op { kind: OpKind::Punch, file: slot, offset: i * period + phase, len };
+            let op = Op::ranged(OpKind::Punch, slot, i * period + phase, len);
             runner::apply_all(target, [op]).context("punching the pattern")?;
             punched += len;
         }

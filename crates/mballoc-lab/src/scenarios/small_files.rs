@@ -25,8 +25,21 @@ pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
         image: None,
         seconds: None,
         jobs: vec![
-            Job { name: "fill".into(), clones: 1, files: 1, setup: vec![], steps: vec![], repeat: 1 },
             Job {
+                dir: None,
+                names: None,
+                after: None,
+                name: "fill".into(),
+                clones: 1,
+                files: 1,
+                setup: vec![],
+                steps: vec![],
+                repeat: 1,
+            },
+            Job {
+                dir: None,
+                names: None,
+                after: None,
                 name: "fsmark".into(),
                 clones: writers,
                 files,

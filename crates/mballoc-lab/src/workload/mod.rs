@@ -1,12 +1,16 @@
 //! Workloads: operations on files by concurrent jobs, written once and run
 //! on every backend.
 //!
-//! A workload is TOML. Each `[[job]]` is cloned `clones` times; each clone
-//! owns `files` files named `JOB.CLONE.FILE` (fio's naming). A clone runs its
-//! `setup` steps once for each of its files, then its `steps` for each file,
-//! `repeat` times (0: until the workload's `seconds` run out). A step issues
-//! `count` operations of one kind at `offset`, `offset + stride`, … (stride
-//! defaults to `len`). Sizes are bytes, or strings with a K, M or G suffix.
+//! A workload is TOML (docs/WORKLOADS.md has every field and operation,
+//! each with an example). Each `[[job]]` is cloned `clones` times; each
+//! clone owns `files` files named `DIR/JOB.CLONE.FILE` (fio's naming, under
+//! the job's `dir`; `names` changes it). A clone runs its `setup` steps once
+//! for each of its files, then its `steps` for each file, `repeat` times
+//! (0: until the workload's `seconds` run out), after the job named by
+//! `after` if there is one. A step issues `count` operations of one kind
+//! at `offset`, `offset + stride`, … (stride defaults to `len`; `advance`
+//! moves each round on). Sizes are bytes, or strings with a K, M or G
+//! suffix. `expand.rs` turns a workload into slots and streams.
 //!
 //! ```
 //! let w = mballoc_lab::workload::Workload::from_toml(r#"
@@ -24,8 +28,14 @@
 //!
 //! A trace ([`crate::trace`]) is the expanded form of a workload.
 
-use crate::settings::{Scalar, Scope, Settings, Table};
+mod expand;
+mod ops;
+
 pub use crate::units::Size;
+pub use expand::StreamSpec;
+pub use ops::{Op, OpKind, Step};
+
+use crate::settings::{Scalar, Scope, Settings, Table};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -55,125 +65,6 @@ pub enum WorkloadError {
     },
 }
 
-/// What an operation does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OpKind {
-    /// Create the file, or truncate it to 0 if it exists (`O_CREAT|O_TRUNC`).
-    Create,
-    /// `fallocate(fd, 0, offset, len)`.
-    Fallocate,
-    /// `fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, len)`.
-    FallocateKeepSize,
-    /// A buffered write of `len` bytes at `offset`.
-    Write,
-    /// `ftruncate(fd, offset)`.
-    Truncate,
-    /// `fallocate(fd, PUNCH_HOLE | KEEP_SIZE, offset, len)`.
-    Punch,
-    /// `fsync(fd)`.
-    Fsync,
-    /// Close the file.
-    Close,
-    /// Remove the file.
-    Unlink,
-}
-
-impl OpKind {
-    /// Every kind, in trace-name order.
-    pub const ALL: [OpKind; 9] = [
-        OpKind::Create,
-        OpKind::Fallocate,
-        OpKind::FallocateKeepSize,
-        OpKind::Write,
-        OpKind::Truncate,
-        OpKind::Punch,
-        OpKind::Fsync,
-        OpKind::Close,
-        OpKind::Unlink,
-    ];
-
-    /// The name in TOML and traces.
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Create => "create",
-            OpKind::Fallocate => "fallocate",
-            OpKind::FallocateKeepSize => "fallocate-keep-size",
-            OpKind::Write => "write",
-            OpKind::Truncate => "truncate",
-            OpKind::Punch => "punch",
-            OpKind::Fsync => "fsync",
-            OpKind::Close => "close",
-            OpKind::Unlink => "unlink",
-        }
-    }
-
-    /// Operations that move data or space: what "ops/s" counts
-    /// (will-it-scale counts fallocate calls, fio counts I/Os).
-    pub fn is_data(self) -> bool {
-        matches!(self, OpKind::Fallocate | OpKind::FallocateKeepSize | OpKind::Write | OpKind::Punch)
-    }
-
-    pub(crate) fn takes_range(self) -> bool {
-        matches!(self, OpKind::Fallocate | OpKind::FallocateKeepSize | OpKind::Write | OpKind::Punch | OpKind::Truncate)
-    }
-}
-
-/// One operation on one file (a slot in the workload's file table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Op {
-    /// What it does.
-    pub kind: OpKind,
-    /// The file slot.
-    pub file: u32,
-    /// Byte offset (for `truncate`, the new size).
-    pub offset: u64,
-    /// Bytes.
-    pub len: u64,
-}
-
-/// One step of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Step {
-    /// The operation.
-    pub op: OpKind,
-    /// First offset (for `truncate`, the new size).
-    #[serde(default)]
-    pub offset: Size,
-    #[serde(default)]
-    /// Bytes per operation.
-    pub len: Size,
-    /// Operations in this step.
-    #[serde(default = "one")]
-    pub count: u64,
-    /// Distance between successive offsets (default `len`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stride: Option<Size>,
-}
-
-fn one() -> u64 {
-    1
-}
-
-impl Step {
-    /// A single operation of `op` with no range.
-    pub fn new(op: OpKind) -> Step {
-        Step { op, offset: Size(0), len: Size(0), count: 1, stride: None }
-    }
-
-    /// `count` operations of `len` bytes from `offset` on.
-    pub fn ranged(op: OpKind, offset: u64, len: u64, count: u64) -> Step {
-        Step { op, offset: Size(offset), len: Size(len), count, stride: None }
-    }
-
-    /// With a stride other than `len`.
-    pub fn stride(mut self, stride: u64) -> Step {
-        self.stride = Some(Size(stride));
-        self
-    }
-}
-
 /// A job: `clones` concurrent copies of the same steps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +85,57 @@ pub struct Job {
     /// Times to run `steps` over the clone's files; 0: until time runs out.
     #[serde(default = "one")]
     pub repeat: u64,
+    /// The directory the job's files are in, under the workload's root
+    /// (made as needed): `a/b` gives `a/b/JOB.CLONE.FILE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// The path of each file under `dir`, where `{job}`, `{clone}` and
+    /// `{file}` stand for the job's name and the clone's and file's numbers
+    /// (default `{job}.{clone}.{file}`). Jobs whose paths meet share those
+    /// files: a reader can open what a writer renamed into place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<String>,
+    /// Start only after another job: `"A"` once every clone of job `A` has
+    /// ended, `"A:N"` once every clone of `A` has finished its step `N`
+    /// (from 1) in the first round, for every one of its files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl Job {
+    /// A job of `clones` clones with `files` files each, no steps yet.
+    pub fn new(name: &str, clones: u32, files: u32) -> Job {
+        Job {
+            name: name.into(),
+            clones,
+            files,
+            setup: vec![],
+            steps: vec![],
+            repeat: 1,
+            dir: None,
+            names: None,
+            after: None,
+        }
+    }
+
+    /// `after` as the job it waits for and the step (from 1), if any.
+    fn after_parts(&self) -> Option<(&str, Option<usize>)> {
+        let a = self.after.as_deref()?;
+        Some(match a.split_once(':') {
+            Some((job, step)) => (job, Some(step.trim().parse().unwrap_or(0))),
+            None => (a, None),
+        })
+    }
+}
+
+/// Whether `p` is a relative path that stays under the root: no empty,
+/// `.` or `..` component and no leading `/`.
+fn is_inside(p: &str) -> bool {
+    !p.is_empty() && !p.starts_with('/') && p.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
 fn one_u32() -> u32 {
@@ -363,8 +305,65 @@ impl Workload {
                 if s.op.takes_range() && s.op != OpKind::Truncate && s.len.0 == 0 {
                     return bad(format!("job {:?}: {} with zero length", j.name, s.op.name()));
                 }
+                let wants_to = s.op.takes_target() || s.op == OpKind::Mkdir;
+                match &s.to {
+                    None if wants_to => return bad(format!("job {:?}: {} needs `to`", j.name, s.op.name())),
+                    Some(_) if !wants_to => return bad(format!("job {:?}: {} takes no `to`", j.name, s.op.name())),
+                    Some(t) if t.contains("{round}") || !is_inside(t) => {
+                        return bad(format!("job {:?}: `to = {t:?}` is not a path under the root", j.name))
+                    }
+                    _ => {}
+                }
+                if s.op.is_gate() {
+                    return bad(format!("job {:?}: {} is written as the job's `after`", j.name, s.op.name()));
+                }
+            }
+            if let Some(d) = &j.dir {
+                if !is_inside(d.trim_end_matches('/')) {
+                    return bad(format!("job {:?}: dir {d:?} is not a path under the root", j.name));
+                }
+            }
+            if let Some(n) = &j.names {
+                if n.contains("{round}") || !is_inside(n) {
+                    return bad(format!("job {:?}: names {n:?} is not a path under the root", j.name));
+                }
+            }
+            if let Some((target, step)) = j.after_parts() {
+                let Some(t) = self.jobs.iter().find(|o| o.name == target) else {
+                    return bad(format!("job {:?}: after {target:?}, which is no job here", j.name));
+                };
+                match step {
+                    Some(n) if n == 0 || n > t.steps.len() => {
+                        return bad(format!("job {:?}: job {target:?} has no step {n} (steps count from 1)", j.name))
+                    }
+                    None if t.repeat == 0 => {
+                        return bad(format!("job {:?}: job {target:?} never ends (repeat = 0)", j.name))
+                    }
+                    _ => {}
+                }
             }
             files += u64::from(j.clones) * u64::from(j.files);
+        }
+        // Each job waits for at most one other: a cycle is a walk back to
+        // where it started.
+        for j in &self.jobs {
+            let mut at = j;
+            for _ in 0..self.jobs.len() {
+                let Some((next, _)) = at.after_parts() else { break };
+                if next == j.name {
+                    return bad(format!("job {:?} waits for itself through `after`", j.name));
+                }
+                match self.jobs.iter().find(|o| o.name == next) {
+                    Some(o) => at = o,
+                    None => break,
+                }
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for j in &self.jobs {
+            if !names.insert(&j.name) {
+                return bad(format!("two jobs are called {:?}", j.name));
+            }
         }
         if files > 1 << 24 {
             return bad(format!("{files} files is more than 2^24"));
@@ -376,76 +375,6 @@ impl Workload {
         }
         Ok(())
     }
-
-    /// File names, indexed by slot.
-    pub fn file_names(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        for j in &self.jobs {
-            for c in 0..j.clones {
-                for f in 0..j.files {
-                    v.push(format!("{}.{c}.{f}", j.name));
-                }
-            }
-        }
-        v
-    }
-
-    /// One stream of operations per clone.
-    pub fn streams(&self) -> Vec<StreamSpec> {
-        let mut v = Vec::new();
-        let mut base = 0u32;
-        for j in &self.jobs {
-            for _ in 0..j.clones {
-                v.push(StreamSpec::Job { job: j.clone(), first_file: base });
-                base += j.files;
-            }
-        }
-        v
-    }
-}
-
-/// Where a stream's operations come from.
-#[derive(Debug, Clone)]
-pub enum StreamSpec {
-    /// Generated from a job's steps.
-    Job {
-        /// The job.
-        job: Job,
-        /// The clone's first file slot.
-        first_file: u32,
-    },
-    /// Listed (a trace).
-    Listed(std::sync::Arc<Vec<Op>>),
-}
-
-impl StreamSpec {
-    /// The operations, generated lazily.
-    pub fn ops(&self) -> Box<dyn Iterator<Item = Op> + Send + '_> {
-        match self {
-            StreamSpec::Job { job, first_file } => Box::new(job_ops(job, *first_file)),
-            StreamSpec::Listed(v) => Box::new(v.iter().copied()),
-        }
-    }
-
-    /// Whether the stream runs until told to stop.
-    pub fn endless(&self) -> bool {
-        matches!(self, StreamSpec::Job { job, .. } if job.repeat == 0)
-    }
-}
-
-fn step_ops(s: &Step, file: u32) -> impl Iterator<Item = Op> + Send + '_ {
-    let stride = s.stride.unwrap_or(s.len).0;
-    (0..s.count).map(move |i| Op { kind: s.op, file, offset: s.offset.0 + i * stride, len: s.len.0 })
-}
-
-fn job_ops(job: &Job, first_file: u32) -> impl Iterator<Item = Op> + Send + '_ {
-    let files = first_file..first_file + job.files;
-    let setup = files.clone().flat_map(move |f| job.setup.iter().flat_map(move |s| step_ops(s, f)));
-    let rounds: Box<dyn Iterator<Item = u64> + Send> =
-        if job.repeat == 0 { Box::new(0..) } else { Box::new(0..job.repeat) };
-    let body =
-        rounds.flat_map(move |_| files.clone().flat_map(move |f| job.steps.iter().flat_map(move |s| step_ops(s, f))));
-    setup.chain(body)
 }
 
 #[cfg(test)]
@@ -474,8 +403,8 @@ pub(crate) mod tests {
         let ops: Vec<Op> = s[1].ops().collect();
         // 2 creates, then 2 rounds x 2 files x (3 fallocates + truncate).
         assert_eq!(ops.len(), 2 + 2 * 2 * 4);
-        assert_eq!(ops[0], Op { kind: OpKind::Create, file: 2, offset: 0, len: 0 });
-        assert_eq!(ops[3], Op { kind: OpKind::Fallocate, file: 2, offset: 4096, len: 4096 });
+        assert_eq!(ops[0], Op::on(OpKind::Create, 2));
+        assert_eq!(ops[3], Op::ranged(OpKind::Fallocate, 2, 4096, 4096));
         assert_eq!(ops[5].kind, OpKind::Truncate);
         assert_eq!(ops[6].file, 3);
     }
@@ -494,6 +423,57 @@ pub(crate) mod tests {
         );
         assert_eq!(w.sweeps().unwrap(), [("engine.mb_max_to_scan".to_string(), vec!["50".to_string(), "200".into()])]);
         assert_eq!(Workload::from_toml(&w.to_toml()).unwrap(), w);
+    }
+
+    const PUBLISH: &str = include_str!("../../../../examples/workloads/publish.toml");
+
+    #[test]
+    fn names_dirs_and_targets_become_slots() {
+        let w = Workload::from_toml(PUBLISH).unwrap();
+        let names = w.file_names();
+        // The writers' files, then the paths the steps name; the publish
+        // job's files are the writers' (same paths), the readers' are the
+        // rename targets.
+        assert_eq!(&names[..4], ["tmp/writer.0.0", "tmp/writer.0.1", "tmp/writer.1.0", "tmp/writer.1.1"]);
+        assert_eq!(names.len(), 4 + 2 + 4 + 4, "{names:?}");
+        assert!(names.contains(&"done".to_string()) && names.contains(&"archive/1.0".to_string()));
+        let s = w.streams();
+        assert_eq!(s.len(), 6);
+        let slot = |p: &str| names.iter().position(|n| n == p).unwrap() as u32;
+        let writer: Vec<Op> = s[1].ops().collect();
+        // Set-up per file (mkdir twice, create), then per round and file.
+        assert_eq!(writer[0], Op::on(OpKind::Mkdir, slot("done")));
+        assert_eq!(writer[2], Op::on(OpKind::Create, slot("tmp/writer.1.0")));
+        let writes: Vec<u64> = writer
+            .iter()
+            .filter(|o| o.kind == OpKind::Write && o.file == slot("tmp/writer.1.0"))
+            .map(|o| o.offset)
+            .collect();
+        assert_eq!(writes, (0..12).map(|i| i * 65536).collect::<Vec<_>>(), "rounds advance");
+        // The writers signal gate 0 at their end; publishers wait for both.
+        assert_eq!(*writer.last().unwrap(), Op::on(OpKind::Signal, 0));
+        let publish: Vec<Op> = s[2].ops().collect();
+        assert_eq!(publish[0], Op { kind: OpKind::Wait, file: 0, offset: 2, len: 0, to: 0 });
+        let rename = publish.iter().find(|o| o.kind == OpKind::Rename).unwrap();
+        assert_eq!((rename.file, rename.to), (slot("tmp/writer.0.0"), slot("done/0.0")));
+        let reader: Vec<Op> = s[4].ops().collect();
+        assert_eq!(reader[0], Op { kind: OpKind::Wait, file: 1, offset: 2, len: 0, to: 0 });
+        assert_eq!(reader[1], Op::on(OpKind::Open, slot("done/0.0")));
+    }
+
+    #[test]
+    fn a_gate_after_a_step_opens_in_the_first_round() {
+        let w = Workload::from_toml(
+            "name = 'x'\n[[job]]\nname = 'a'\nfiles = 2\nsetup = [{ op = 'create' }]\n\
+             steps = [{ op = 'write', len = '4K' }, { op = 'fsync' }]\nrepeat = 2\n\
+             [[job]]\nname = 'b'\nafter = 'a:1'\nsteps = [{ op = 'create' }]",
+        )
+        .unwrap();
+        let a: Vec<Op> = w.streams()[0].ops().collect();
+        let at = a.iter().position(|o| o.kind == OpKind::Signal).unwrap();
+        // After step 1 of the second (last) file, in round 1 only.
+        assert_eq!(a[at - 1], Op::ranged(OpKind::Write, 1, 0, 4096));
+        assert_eq!(a.iter().filter(|o| o.kind == OpKind::Signal).count(), 1);
     }
 
     #[test]
@@ -515,6 +495,18 @@ pub(crate) mod tests {
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[engine]\nmb_max_to_scam = 5",
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[sweep]\n'engine.mb_max_to_scan' = [50, 0]",
             "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[sweep]\n'engine.mb_max_to_scan' = []",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'rename' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'write', len = '4K', to = 'y' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'link', to = '../etc/passwd' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'mkdir', to = '/abs' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\ndir = 'a/../b'\nsteps = []",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = [{ op = 'wait' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\nafter = 'k'\nsteps = []",
+            "name = 'x'\n[[job]]\nname = 'j'\nafter = 'j'\nsteps = []",
+            "name = 'x'\n[[job]]\nname = 'j'\nafter = 'k:1'\nsteps = []\n[[job]]\nname = 'k'\nafter = 'j'\nsteps = [{ op = 'create' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\nafter = 'k:2'\nsteps = []\n[[job]]\nname = 'k'\nsteps = [{ op = 'create' }]",
+            "name = 'x'\nseconds = 1\n[[job]]\nname = 'j'\nafter = 'k'\nsteps = []\n[[job]]\nname = 'k'\nrepeat = 0\nsteps = [{ op = 'create' }]",
+            "name = 'x'\n[[job]]\nname = 'j'\nsteps = []\n[[job]]\nname = 'j'\nsteps = []",
         ] {
             assert!(Workload::from_toml(bad).is_err(), "{bad}");
         }
