@@ -7,7 +7,9 @@ run with MBALLOC_PARSE_ONLY=1: the binary parses and checks its arguments
 (scenario names, settings, sweeps) and exits without running anything.
 `scripts/...` commands must exist and pass `bash -n`; `cargo test --test
 NAME` and `cargo bench --bench NAME` must name a target that exists.
-Synopses (with `[...]`, `|` between choices, or capitalised placeholders
+`cargo run ... --example NAME -- ...` is checked the same way by the
+example's own binary (`examples/NAME` beside `mballoc`), which must have
+been built. Synopses (with `[...]`, `|` between choices, or capitalised placeholders
 such as FILE) are not commands and are passed over, as is an inline span
 that only names a command in passing (`mballoc mount`, short of the
 arguments it needs).
@@ -87,7 +89,14 @@ def main():
                         argv = shlex.split(args)
                     except ValueError:
                         continue
-                    r = subprocess.run([binary] + argv, env=env, capture_output=True, text=True)
+                    program = binary
+                    example = re.search(r"--example (\S+)", cmd)
+                    if cmd.startswith("cargo ") and example:
+                        program = os.path.join(os.path.dirname(binary), "examples", example.group(1))
+                        if not os.path.isfile(program):
+                            failed.append(f"{f}: `{cmd}`: {program} is not built")
+                            continue
+                    r = subprocess.run([program] + argv, env=env, capture_output=True, text=True)
                     # Prose names a command in passing (`mballoc mount`):
                     # not a command line unless it says more.
                     if where == "inline" and "required arguments were not provided" in r.stderr:

@@ -56,6 +56,7 @@ pub fn run(env: &Env, p: &Prepared) -> ScenarioReport {
             col("placed_mib_per_s", "placed MiB/s (no I/O)", 1),
             col("files_per_s", "files/s", 0),
             col("avg_extents_per_file", "extents/file", 2),
+            col("layout_score", "layout score", 3),
             col("free_extents", "free extents", 0),
             col("avg_free_extent_kib", "avg free KB", 0),
             col("e4defrag_score", "e4defrag", 0),

@@ -129,6 +129,9 @@ pub struct FsConfig {
     pub punch: PunchBehaviour,
     /// Whether extent-tree blocks come from the allocator.
     pub extent_tree: ExtentTreeBlocks,
+    /// The decisions that differ from ext4's (goal, window, passes, when
+    /// to stop, group choice); `None` is ext4's ([`mballoc::KernelPolicy`]).
+    pub policy: Option<std::sync::Arc<dyn mballoc::Policy>>,
 }
 
 impl FsConfig {
@@ -156,6 +159,7 @@ impl FsConfig {
             close: CloseBehaviour::DiscardAtLastClose,
             punch: PunchBehaviour::AsGiven,
             extent_tree: ExtentTreeBlocks::Outside,
+            policy: None,
         }
     }
 

@@ -180,7 +180,22 @@ pub enum Cover {
 /// a request longer than its window widens the window; ext4 hands
 /// writeback requests of at most 2,048 blocks and leaves the window as it
 /// is ([`Cover::WindowOnly`]).
+#[cfg(test)]
 pub fn window(norm: &Normalization, geo: WindowGeometry, r: &RequestShape, nb: &Neighbours, cover: Cover) -> Window {
+    window_under(&mballoc::KernelPolicy, norm, geo, r, nb, cover)
+}
+
+/// [`window`] with `policy` resizing the normalized window before the
+/// neighbours trim it ([`mballoc::Policy::window`]); a window the policy
+/// resized so that it no longer holds the request starts at the request.
+pub fn window_under(
+    policy: &dyn mballoc::Policy,
+    norm: &Normalization,
+    geo: WindowGeometry,
+    r: &RequestShape,
+    nb: &Neighbours,
+    cover: Cover,
+) -> Window {
     let bits = geo.block_bits;
     let o_start = r.logical;
     let o_end = o_start + u64::from(r.len);
@@ -189,6 +204,14 @@ pub fn window(norm: &Normalization, geo: WindowGeometry, r: &RequestShape, nb: &
         Normalization::KernelWindows => kernel_window(bits, o_start, r.len, size_blocks),
         Normalization::Table(t) => table_window(t, o_start, o_end, size_blocks),
     };
+    let info = mballoc::WindowInfo { logical: o_start, len: r.len, file_blocks: r.isize_blocks };
+    let wanted = u64::from(policy.window(size.min(u64::from(u32::MAX)) as u32, &info)).max(1);
+    if wanted != size {
+        size = wanted;
+        if !(start <= o_start && o_start < start + size) {
+            start = o_start;
+        }
+    }
     let bpg = u64::from(geo.blocks_per_group);
     // Tiny groups: alignment must not move the window into another group's
     // worth of logical space.

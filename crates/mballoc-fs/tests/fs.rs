@@ -377,3 +377,42 @@ fn kernel_profile_punch_follows_ext4() {
     own.punch_hole(h, 4096, 1 << 30).unwrap();
     assert_eq!(own.extents(h).unwrap().iter().map(|e| u64::from(e.len)).sum::<u64>(), 1);
 }
+
+/// A policy's goal and window reach the file layer's requests.
+#[test]
+fn a_policy_moves_goals_and_resizes_windows() {
+    #[derive(Debug)]
+    struct FarAndSmall;
+    impl mballoc::Policy for FarAndSmall {
+        fn name(&self) -> &str {
+            "far-and-small"
+        }
+        fn goal(&self, default: u64, info: &mballoc::GoalInfo) -> u64 {
+            // New files start in group 5; extents continue as ext4's do.
+            if info.continues {
+                default
+            } else {
+                5 * 32768
+            }
+        }
+        fn window(&self, _default: u32, info: &mballoc::WindowInfo) -> u32 {
+            info.len
+        }
+    }
+    let mut cfg = FsConfig::new(Geometry::new(4096, 1 << 18).unwrap());
+    cfg.policy = Some(std::sync::Arc::new(FarAndSmall));
+    let fs = Fs::new(cfg).unwrap();
+    let f = fs.create().unwrap();
+    fs.write(f, 0, 1 << 20).unwrap();
+    fs.fsync(f).unwrap();
+    let e = fs.extents(f).unwrap();
+    assert_eq!(e[0].physical, 5 * 32768, "{e:?}");
+    // No window past the request: nothing preallocated.
+    assert_eq!(fs.preallocated_blocks(), 0);
+    // ext4's own on the same writes: a window bigger than the request.
+    let fs = Fs::new(FsConfig::new(Geometry::new(4096, 1 << 18).unwrap())).unwrap();
+    let f = fs.create().unwrap();
+    fs.write(f, 0, 1 << 20).unwrap();
+    fs.fsync(f).unwrap();
+    assert_ne!(fs.extents(f).unwrap()[0].physical, 5 * 32768);
+}

@@ -40,6 +40,7 @@ pub mod fidelity;
 pub mod kernel_trace;
 pub mod metrics;
 pub mod mount;
+pub mod policies;
 pub mod published;
 pub mod report;
 pub mod runner;

@@ -4,7 +4,10 @@
 //! * extents per file, counted as `filefrag` counts them;
 //! * `e4defrag -c`'s fragmentation score and average extent size;
 //! * e2freefrag's free-extent histogram;
-//! * Ceph BlueStore's fragmentation score of the free space.
+//! * Ceph BlueStore's fragmentation score of the free space;
+//! * the layout score of Conway et al. (FAST '17, "File Systems Fated for
+//!   Senescence?"): the share of logically adjacent block pairs that are
+//!   physically adjacent too.
 
 use mballoc::report::FreeSpaceHistogram;
 
@@ -74,6 +77,31 @@ pub fn e4defrag(files: &[FileLayout], block_size: u32, blocks_per_flex: u64) -> 
     let ratio = (now as f64 - best as f64) * 100.0 / blocks as f64;
     let score = if ratio > 10.0 { 80.0 + 20.0 * ratio / 100.0 } else { 8.0 * ratio };
     E4defrag { now, best, avg_extent_kib: blocks * u64::from(block_size / 1024) / now.max(1), score }
+}
+
+/// The layout score over `files`: of every pair of logically adjacent
+/// mapped blocks of a file, the share whose second block physically
+/// follows the first (1.0: every file in one run; 0.0: no two blocks
+/// together). `None` when no file has two adjacent blocks.
+pub fn layout_score(files: &[FileLayout]) -> Option<f64> {
+    let (mut adjacent, mut pairs) = (0u64, 0u64);
+    for f in files {
+        let mut prev: Option<&Record> = None;
+        for r in &f.records {
+            // Within a record every pair is adjacent both ways.
+            let inside = r.len.saturating_sub(1);
+            adjacent += inside;
+            pairs += inside;
+            if let Some(p) = prev {
+                if p.logical + p.len == r.logical {
+                    pairs += 1;
+                    adjacent += u64::from(p.physical + p.len == r.physical);
+                }
+            }
+            prev = Some(r);
+        }
+    }
+    (pairs > 0).then(|| adjacent as f64 / pairs as f64)
 }
 
 /// The free space of a volume: maximal free runs, in blocks.
@@ -177,6 +205,22 @@ mod tests {
         assert_eq!((base.now, base.best, base.score.round()), (16_760_234, 64, 100.0));
         let patched = score(47_629);
         assert_eq!(patched.score.round(), 2.0);
+    }
+
+    #[test]
+    fn layout_score_counts_physically_adjacent_pairs() {
+        let rec = |logical, physical, len| Record { logical, physical, len };
+        let one = FileLayout { name: "a".into(), records: vec![rec(0, 100, 8)] };
+        assert_eq!(layout_score(std::slice::from_ref(&one)), Some(1.0));
+        // Two records that do not follow each other: 6 of 7 pairs.
+        let split = FileLayout { name: "b".into(), records: vec![rec(0, 100, 4), rec(4, 500, 4)] };
+        assert_eq!(layout_score(&[split]), Some(6.0 / 7.0));
+        // A hole between them is no pair; records that meet are adjacent.
+        let holey = FileLayout { name: "c".into(), records: vec![rec(0, 100, 2), rec(10, 102, 2), rec(12, 104, 1)] };
+        assert_eq!(layout_score(&[holey]), Some(1.0));
+        let scattered = FileLayout { name: "d".into(), records: (0..4).map(|i| rec(i, 10 * i, 1)).collect() };
+        assert_eq!(layout_score(&[scattered]), Some(0.0));
+        assert_eq!(layout_score(&[]), None);
     }
 
     #[test]

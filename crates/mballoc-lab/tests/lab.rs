@@ -20,6 +20,7 @@ const REQUIRED: &[(&str, &[&str])] = &[
     ("multiblock-cost", &["size_kib", "ns_per_block"]),
     ("fallocate2-core", &["workers", "ops_per_s"]),
     ("fragmented-core", &["requests", "ns_per_request"]),
+    ("aged-at-scale", &["write_s", "extents_scanned_per_request", "groups_built", "used_pct"]),
     ("folio-write", &["bs_kib", "iops", "mib_per_s"]),
 ];
 

@@ -287,6 +287,7 @@ impl Volume {
         cfg.stream_goals = chosen.stream_goals;
         cfg.concurrency = chosen.concurrency;
         cfg.stream_placement = chosen.stream_placement;
+        cfg.policy = chosen.policy;
         cfg.dirty_limit_blocks = u64::MAX;
         cfg.commit_interval_ops = opts.commit_interval_ops;
         // The root is the volume's, not the engine's: it holds no data.

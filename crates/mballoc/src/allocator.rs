@@ -41,6 +41,9 @@ pub struct Allocator {
     pub(crate) concurrency: Concurrency,
     pub(crate) flex_groups: u32,
     pub(crate) initial_free: AtomicU64,
+    /// `None`: ext4's decisions, taken without asking (the common case
+    /// pays no call).
+    pub(crate) policy: Option<std::sync::Arc<dyn crate::policy::Policy>>,
 }
 
 /// A group's lock held: its buddy, `None` while the group is untouched.
@@ -80,7 +83,16 @@ impl Allocator {
         self.stats.reset();
     }
 
-    /// Number of stream goals.
+    /// The policy deciding where it overrides ext4 (the file layer asks it
+    /// for goals and windows).
+    pub fn policy(&self) -> &dyn crate::policy::Policy {
+        match &self.policy {
+            Some(p) => &**p,
+            None => &crate::policy::KernelPolicy,
+        }
+    }
+
+    /// How shared state is synchronised.
     pub fn concurrency(&self) -> Concurrency {
         self.concurrency
     }
@@ -212,7 +224,7 @@ impl Allocator {
         req.validate(&self.geo)?;
         let t = self.tunables.load();
         let mut ctx = self.context(req, t);
-        self.regular_allocator(&mut ctx);
+        self.regular_allocator(&mut ctx, req);
         self.collect_stats(&ctx, req);
         match ctx.result {
             Some((extent, found_by)) => {

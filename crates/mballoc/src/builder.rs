@@ -9,10 +9,12 @@ use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::group::GroupTable;
 use crate::order_index::{IndexKind, OrderIndexes};
+use crate::policy::Policy;
 use crate::stats::Stats;
 use crate::stream_goal::{Concurrency, StreamGoals};
 use crate::tunables::{AtomicTunables, Tunables};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 impl Allocator {
     /// An allocator with default tunables and no reserved blocks beyond the
@@ -30,6 +32,7 @@ impl Allocator {
             stream_goals: None,
             concurrency: Concurrency::default(),
             flex_groups: 1,
+            policy: None,
         }
     }
 }
@@ -43,6 +46,7 @@ pub struct AllocatorBuilder {
     stream_goals: Option<u32>,
     concurrency: Concurrency,
     flex_groups: u32,
+    policy: Option<Arc<dyn Policy>>,
 }
 
 impl AllocatorBuilder {
@@ -72,6 +76,12 @@ impl AllocatorBuilder {
     /// group for data requests, as ext4 leaves it to metadata.
     pub fn flex_groups(mut self, n: u32) -> Self {
         self.flex_groups = n;
+        self
+    }
+    /// Decide as `policy` does where it overrides ext4 (default:
+    /// [`KernelPolicy`](crate::KernelPolicy), ext4 throughout).
+    pub fn policy(mut self, policy: Arc<dyn Policy>) -> Self {
+        self.policy = Some(policy);
         self
     }
     /// Build the allocator. Untouched groups cost no bitmap memory. The
@@ -127,6 +137,7 @@ impl AllocatorBuilder {
             concurrency: self.concurrency,
             flex_groups: self.flex_groups,
             initial_free: AtomicU64::new(initial_free),
+            policy: self.policy,
         };
         let mut newly_reserved = 0u64;
         for &(s, e) in &a.reserved {

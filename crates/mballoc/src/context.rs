@@ -5,6 +5,7 @@
 
 use crate::allocator::Allocator;
 use crate::criteria::{Criterion, NUM_CRITERIA};
+use crate::policy::{Passes, RequestInfo};
 use crate::request::{AllocKind, AllocRequest, Extent, FoundBy, GoalPolicy};
 use crate::stats::bump;
 use crate::tunables::Tunables;
@@ -56,6 +57,10 @@ pub(crate) struct Ctx {
     /// Every pass ran without taking a candidate; the best one found was
     /// taken after them (the kernel counts no pass's hit for it).
     pub(crate) after_passes: bool,
+    /// The passes the policy lets run.
+    pub(crate) passes: Passes,
+    /// Extents measured before the best so far is taken.
+    pub(crate) max_to_scan: u32,
 }
 
 impl Ctx {
@@ -70,6 +75,17 @@ impl Ctx {
     }
 }
 
+/// What a policy is told about `req`.
+pub(crate) fn request_info(req: &AllocRequest) -> RequestInfo {
+    RequestInfo {
+        len: req.len,
+        min_len: req.min_len.unwrap_or(1),
+        goal: req.goal,
+        data: req.kind == AllocKind::Data,
+        stream: req.stream.is_some(),
+    }
+}
+
 impl Allocator {
     /// The context of `req` under tunables `t`.
     pub(crate) fn context(&self, req: &AllocRequest, t: Tunables) -> Ctx {
@@ -79,7 +95,17 @@ impl Allocator {
         } else {
             0
         };
+        // ext4's own decisions cost no call.
+        let (passes, max_to_scan) = match &self.policy {
+            None => (Passes::ALL, t.mb_max_to_scan),
+            Some(p) => {
+                let info = request_info(req);
+                (p.passes(&info), p.max_to_scan(t.mb_max_to_scan, &info))
+            }
+        };
         Ctx {
+            passes,
+            max_to_scan,
             optimize: self.optimize_scan(&t),
             t,
             is_data: req.kind == AllocKind::Data,
@@ -133,13 +159,14 @@ impl Allocator {
         // pass ran (its criterion one past the last) as a failed loop of
         // the first pass; mb_stats here reads as ext4's would.
         bump(&sh.cr_useless_loops[0], u64::from(ctx.after_passes));
-        bump(&sh.breaks, u64::from(ctx.found > ctx.t.mb_max_to_scan));
+        bump(&sh.breaks, u64::from(ctx.found > ctx.max_to_scan));
         if let Some((e, by)) = ctx.result {
             bump(&sh.len_goal_hits, u64::from(e.len == ctx.orig_goal_len));
             // A stream request's goal is its stream's group once the
             // probe at the goal block failed: only the probe can hit it.
             let at_goal = by == FoundBy::Goal || (req.stream.is_none() && req.goal == Some(e.start));
             bump(&sh.goal_hits, u64::from(at_goal));
+            bump(&sh.policy_hits, u64::from(by == FoundBy::Policy));
             if let FoundBy::Pass(cr) = by {
                 bump(&sh.cr_hits[cr.index()], u64::from(!ctx.after_passes));
                 bump(&sh.two_n_hits, u64::from(ctx.two_n_hit));

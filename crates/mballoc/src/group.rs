@@ -7,13 +7,21 @@
 //! (a full group, and the possibly shorter last group) with the reserved
 //! prefix in use. Its buddy is copied from the template the first time a pass
 //! needs to look inside it.
+//!
+//! Loading the same bitmap into many groups ([`crate::Allocator::load_groups_alike`])
+//! gives them one more shared template instead of a buddy each, so an aged
+//! volume of hundreds of thousands of groups costs the groups a run
+//! touches, not all of them.
 
 use crate::buddy::{Buddy, GroupInfo};
 use crate::criteria::GroupSummary;
 use crate::geometry::Geometry;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicI8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI8, AtomicU32, AtomicU8, Ordering};
 use std::sync::OnceLock;
+
+/// Shared templates a volume may hold besides its two built-in ones.
+pub const SHARED_TEMPLATES: usize = 15;
 
 /// Groups per lazily allocated chunk.
 pub const CHUNK: u32 = 1024;
@@ -73,6 +81,11 @@ pub(crate) struct GroupTable {
     chunks: Box<[OnceLock<Box<[GroupSlot]>>]>,
     full: Buddy,
     last: Buddy,
+    /// Templates loaded alike into many groups, in the order registered.
+    shared: [OnceLock<Box<Buddy>>; SHARED_TEMPLATES],
+    /// Per group: 0 for the built-in template, k for `shared[k - 1]`;
+    /// made when the first shared template is.
+    template_of: OnceLock<Box<[AtomicU8]>>,
 }
 
 impl GroupTable {
@@ -90,16 +103,39 @@ impl GroupTable {
             chunks: (0..nchunks).map(|_| OnceLock::new()).collect(),
             full: template(geo.blocks_per_group()),
             last: template(geo.group_len(geo.groups() - 1)),
+            shared: Default::default(),
+            template_of: OnceLock::new(),
         }
     }
 
     /// The template state of a never-touched group `g`.
     pub(crate) fn template(&self, g: u32) -> &Buddy {
+        if let Some(ids) = self.template_of.get() {
+            let k = ids[g as usize].load(Ordering::Acquire) as usize;
+            if k > 0 {
+                return self.shared[k - 1].get().expect("a registered template");
+            }
+        }
         if g + 1 == self.geo.groups() {
             &self.last
         } else {
             &self.full
         }
+    }
+
+    /// Register `b` as a shared template; its number, or `None` when every
+    /// slot is taken. Callers register under one lock (`Allocator::load_groups_alike`).
+    pub(crate) fn add_template(&self, b: Buddy) -> Option<u8> {
+        let k = self.shared.iter().position(|s| s.get().is_none())?;
+        self.shared[k].set(Box::new(b)).ok()?;
+        self.template_of.get_or_init(|| (0..self.geo.groups()).map(|_| AtomicU8::new(0)).collect());
+        Some(k as u8 + 1)
+    }
+
+    /// Make template `k` group `g`'s (called with `g`'s lock held and its
+    /// buddy not built).
+    pub(crate) fn use_template(&self, g: u32, k: u8) {
+        self.template_of.get().expect("registered first")[g as usize].store(k, Ordering::Release);
     }
 
     /// The slot of group `g`, allocating its chunk on first use.

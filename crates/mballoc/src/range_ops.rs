@@ -170,6 +170,68 @@ impl Allocator {
         Ok(())
     }
 
+    /// Load the same bitmap `used` into groups `first .. first + count`,
+    /// as [`Allocator::load_group_bitmap`] would one by one, without building
+    /// a buddy for each: the untouched ones share one template until a
+    /// request changes them, so an aged volume of 753,000 groups costs the
+    /// groups its requests touch. A group already built gets its own copy.
+    /// Every group of the range must have the same length; at most 15
+    /// ranges may be loaded this way (then [`Error::BadBitmap`]); a bad
+    /// bitmap is refused before any group changes.
+    pub fn load_groups_alike(&self, first: u32, count: u32, used: &[u64]) -> Result<()> {
+        static REGISTER: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+        let end = first.checked_add(count).filter(|&e| e <= self.geo.groups() && count > 0);
+        let Some(end) = end else {
+            return Err(Error::BadBitmap { group: first, reason: format!("no groups {first}+{count}") });
+        };
+        let len = self.geo.group_len(first);
+        if self.geo.group_len(end - 1) != len {
+            return Err(Error::BadBitmap { group: end - 1, reason: "groups of different lengths".into() });
+        }
+        if (used.len() as u64) * 64 < u64::from(len) {
+            return Err(Error::BadBitmap {
+                group: first,
+                reason: format!("bitmap has {} bits, group {len}", used.len() * 64),
+            });
+        }
+        let fresh = Buddy::from_bitmap(len, self.geo.max_order(), self.geo.num_orders(), used);
+        if !fresh.all_used(0, self.geo.reserved_per_group()) {
+            return Err(Error::BadBitmap { group: first, reason: "reserved prefix shown free".into() });
+        }
+        // A reserved range inside the run of groups must show as used in
+        // every group it touches.
+        for &(s, e) in &self.reserved {
+            for (g, off, l) in self.geo.pieces(s, e - s) {
+                if (first..end).contains(&g) && !fresh.all_used(off, off + l) {
+                    return Err(Error::BadBitmap { group: g, reason: format!("reserved block {s} shown free") });
+                }
+            }
+        }
+        let info = *fresh.info();
+        let k = {
+            let _one = REGISTER.lock();
+            self.groups.add_template(fresh.clone()).ok_or_else(|| Error::BadBitmap {
+                group: first,
+                reason: format!("more than {} runs of groups loaded alike", crate::group::SHARED_TEMPLATES),
+            })?
+        };
+        let mut delta = 0i64;
+        for g in first..end {
+            let slot = self.groups.slot(g);
+            let mut guard = slot.lock.lock();
+            let current = *self.current(&guard, g).info();
+            if guard.is_some() {
+                *guard = Some(Box::new(fresh.clone()));
+            } else {
+                self.groups.use_template(g, k);
+            }
+            self.after_change(g, slot, orders(&current), &info);
+            delta += i64::from(info.free) - i64::from(current.free);
+        }
+        self.stats.shard().free_delta.fetch_add(delta, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Record blocks put into (or returned from) preallocations, for the
     /// `preallocated` / `discarded` statistics the file layer owns.
     pub fn note_preallocation(&self, preallocated: u64, discarded: u64) {

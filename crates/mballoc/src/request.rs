@@ -156,6 +156,8 @@ pub enum FoundBy {
     Goal,
     /// By this pass.
     Pass(Criterion),
+    /// By the allocator's [`crate::Policy::choose`].
+    Policy,
 }
 
 /// The answer to a request, with what it cost.

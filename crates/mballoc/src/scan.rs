@@ -17,7 +17,7 @@ use crate::tunables::{BestAvailFloor, LinearBestAvail};
 impl Allocator {
     /// Serve `ctx`: the goal first, then the passes, then the best
     /// candidate found if no pass took one outright.
-    pub(crate) fn regular_allocator(&self, ctx: &mut Ctx) {
+    pub(crate) fn regular_allocator(&self, ctx: &mut Ctx, req: &crate::request::AllocRequest) {
         if let (Some(goal), GoalPolicy::TryFirst | GoalPolicy::Only) = (ctx.goal_block, ctx.policy) {
             self.find_by_goal(ctx, goal);
             if ctx.status == Status::Found || ctx.policy == GoalPolicy::Only {
@@ -29,7 +29,14 @@ impl Allocator {
             ctx.stream_slot = Some(slot);
             ctx.start_group = self.stream_goals.load(slot);
         }
-        ctx.cr = Some(self.first_criterion(ctx));
+        if let Some(pick) = self.policy_pick(ctx, req) {
+            self.take_pick(ctx, pick);
+            if ctx.status == Status::Found {
+                return;
+            }
+            ctx.lost += 1;
+        }
+        ctx.cr = ctx.passes.at_or_after(Some(self.first_criterion(ctx)));
         loop {
             while ctx.cr.is_some() && ctx.status == Status::Continue {
                 self.scan_groups(ctx);
@@ -165,6 +172,41 @@ impl Allocator {
                 }
                 _ => cr.next(),
             };
+            ctx.cr = ctx.passes.at_or_after(ctx.cr);
+        }
+    }
+
+    /// Ask the policy for a run ([`crate::Policy::choose`]); what it read
+    /// counts as scanned.
+    fn policy_pick(&self, ctx: &mut Ctx, req: &crate::request::AllocRequest) -> Option<crate::policy::Pick> {
+        let policy = self.policy.as_ref()?;
+        let mut view = crate::policy::Groups::new(self);
+        let pick = policy.choose(&crate::context::request_info(req), &mut view);
+        ctx.found += view.extents_scanned;
+        ctx.groups_scanned += view.groups_scanned;
+        pick
+    }
+
+    /// Take the policy's pick if it is still free and fits the request;
+    /// otherwise leave the request to the passes.
+    fn take_pick(&self, ctx: &mut Ctx, p: crate::policy::Pick) {
+        if p.group >= self.geo.groups() || p.len == 0 || p.len > ctx.goal_len || p.len < ctx.min_len {
+            return;
+        }
+        let slot = self.groups.slot(p.group);
+        let mut guard = slot.lock.lock();
+        let buddy = self.materialize(&mut guard, p.group);
+        if p.start >= buddy.len() || buddy.find_extent(p.start, p.len) < p.len {
+            return;
+        }
+        let old = orders(buddy.info());
+        buddy.mark_used(p.start, p.len);
+        self.after_change(p.group, slot, old, buddy.info());
+        let start = self.geo.group_first_block(p.group) + u64::from(p.start);
+        ctx.result = Some((Extent { start, len: p.len }, FoundBy::Policy));
+        ctx.status = Status::Found;
+        if let Some(key) = ctx.stream {
+            self.stream_goals.store(self.stream_goals.slot(key), p.group);
         }
     }
 
@@ -327,7 +369,7 @@ impl Allocator {
         // candidate to fall back on: breaking with none would turn a volume
         // that has space into a false NoSpace.
         let Some(b) = ctx.best else { return };
-        if ctx.found > ctx.t.mb_max_to_scan && !ctx.hint_first {
+        if ctx.found > ctx.max_to_scan && !ctx.hint_first {
             ctx.status = Status::Break;
             return;
         }

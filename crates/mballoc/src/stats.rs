@@ -39,6 +39,9 @@ pub struct MbStats {
     pub len_goal_hits: u64,
     /// Results from the buddy (power-of-two) search.
     pub two_n_hits: u64,
+    /// Results a [`crate::Policy::choose`] picked (the engine's own count:
+    /// the kernel has no policies; `mb_stats` does not print it).
+    pub policy_hits: u64,
     /// Scans stopped by `mb_max_to_scan`.
     pub breaks: u64,
     /// Best candidates taken by another thread before they could be used.
@@ -98,6 +101,7 @@ shard_fields!(
     stream_goal_hits,
     len_goal_hits,
     two_n_hits,
+    policy_hits,
     breaks,
     lost,
     buddies_generated,

@@ -51,6 +51,7 @@ fn mb_stats_layout() {
         stream_goal_hits: 7,
         len_goal_hits: 26150,
         two_n_hits: 25011,
+        policy_hits: 9,
         breaks: 0,
         lost: 0,
         buddies_generated: 245,

@@ -8,7 +8,7 @@ use crate::change_log::Change;
 use crate::config::RequestSize;
 use crate::ext4_tree::Merge;
 use crate::extent_map::ExtentState;
-use crate::normalize::{placement, window, Cover, Neighbours, Placement, RequestShape, WindowGeometry};
+use crate::normalize::{placement, window_under, Cover, Neighbours, Placement, RequestShape, WindowGeometry};
 use crate::prealloc::GroupPa;
 use mballoc::{AllocRequest, Extent};
 use std::sync::atomic::Ordering;
@@ -103,6 +103,12 @@ impl Fs {
     /// The goal block for logical block `l`: continue the nearest mapped
     /// extent, else the start of the file's home group.
     pub(super) fn goal(&self, ino: &Inode, l: u64) -> u64 {
+        let (default, continuation) = self.ext4_goal(ino, l);
+        self.policy_goal(ino, l, continuation.map(|_| default))
+    }
+
+    /// ext4's goal for `l`, and whether it continues an extent.
+    fn ext4_goal(&self, ino: &Inode, l: u64) -> (u64, Option<()>) {
         let total = self.alloc.geometry().total_blocks();
         let from_neighbour = if let Some(e) = ino.map.left_of(l) {
             e.physical.checked_add(l - e.logical)
@@ -112,8 +118,24 @@ impl Fs {
             None
         };
         match from_neighbour {
-            Some(g) if g < total => g,
-            _ => self.alloc.geometry().group_first_block(ino.home_group),
+            Some(g) if g < total => (g, Some(())),
+            _ => (self.alloc.geometry().group_first_block(ino.home_group), None),
+        }
+    }
+
+    /// The policy's goal for logical block `l` given the block that
+    /// continues the file there, if any (else the home group's first).
+    pub(super) fn policy_goal(&self, ino: &Inode, l: u64, continuation: Option<u64>) -> u64 {
+        let geo = self.alloc.geometry();
+        let home = geo.group_first_block(ino.home_group);
+        let default = continuation.unwrap_or(home);
+        let info = mballoc::GoalInfo { logical: l, home, continues: continuation.is_some() };
+        let chosen = self.alloc.policy().goal(default, &info);
+        // A goal past the volume is no goal: ext4's own then.
+        if chosen < geo.total_blocks() {
+            chosen
+        } else {
+            default
         }
     }
 
@@ -182,7 +204,10 @@ impl Fs {
         if place == Placement::LocalityGroup {
             return self.allocate_from_group(len, goal, t.mb_group_prealloc, normalize);
         }
-        let stream = (place == Placement::Stream).then_some(ino.id);
+        // A goal the policy moved is where the request goes: not the
+        // stream's group, which would otherwise start the search.
+        let moved = goal != self.ext4_goal(ino, l).0;
+        let stream = (place == Placement::Stream && !moved).then_some(ino.id);
         if place == Placement::Stream && normalize == Normalize::Yes {
             return self.allocate_window(node, ino, shape, pa_bounds, goal, stream);
         }
@@ -279,7 +304,7 @@ impl Fs {
         // A whole dirty run in one request needs a window that covers it.
         let cover =
             if self.cfg.writeback_request == RequestSize::WholeRun { Cover::Request } else { Cover::WindowOnly };
-        let w = window(&self.cfg.normalization, wgeo, &shape, &nb, cover);
+        let w = window_under(self.alloc.policy(), &self.cfg.normalization, wgeo, &shape, &nb, cover);
         let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
         let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
         let _flight = (wlen > own).then(|| self.track_window());

@@ -93,4 +93,27 @@ impl Fs {
         debug_assert_eq!(fs.check(), Ok(()));
         Ok(fs)
     }
+
+    /// Build an engine whose every group holds the same block bitmap
+    /// `used` (bit set = in use) and no files: an aged volume of any size
+    /// at the cost of one group's bitmap, since the groups share it until a
+    /// request changes one ([`mballoc::Allocator::load_groups_alike`]). A
+    /// shorter last group takes the bitmap's first bits. Every block in
+    /// use is metadata the engine never frees.
+    pub fn import_alike(cfg: FsConfig, used: &[u64]) -> Result<Fs> {
+        let geo = cfg.geometry;
+        let mut fs = Fs::new(cfg)?;
+        let n = geo.groups();
+        let alike = if geo.group_len(n - 1) == geo.blocks_per_group() { n } else { n - 1 };
+        if alike > 0 {
+            fs.alloc.load_groups_alike(0, alike, used)?;
+        }
+        if alike < n {
+            fs.alloc.load_group_bitmap(n - 1, used)?;
+        }
+        let free = fs.alloc.free_blocks();
+        fs.metadata_blocks = geo.total_blocks() - free;
+        fs.space = Space::new(free);
+        Ok(fs)
+    }
 }

@@ -197,6 +197,9 @@ impl Fs {
         if let Some(n) = cfg.stream_goals {
             b = b.stream_goals(n);
         }
+        if let Some(p) = &cfg.policy {
+            b = b.policy(p.clone());
+        }
         let alloc = b.build()?;
         let free = alloc.free_blocks();
         let concurrency = cfg.concurrency;

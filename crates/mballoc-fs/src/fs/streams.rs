@@ -87,6 +87,8 @@ impl Fs {
             .min(room.max(u64::from(len)))
             .min(u64::from(geo.blocks_per_group()))
             .min(crate::normalize::MAX_LOGICAL_BLOCKS.saturating_sub(l).max(u64::from(len))) as u32;
+        let info = mballoc::WindowInfo { logical: l, len, file_blocks: ino.size.div_ceil(self.block_size()) };
+        let want = self.alloc.policy().window(want, &info).clamp(len.min(want), want.max(len));
         let want = if want > len && self.may_preallocate(want) { want } else { len };
         let _flight = (want > len).then(|| self.track_window());
 
@@ -107,7 +109,7 @@ impl Fs {
                 got = ask(AllocRequest::new(len).goal_only(goal));
             }
         }
-        let goal = continuation.unwrap_or_else(|| geo.group_first_block(ino.home_group));
+        let goal = self.policy_goal(ino, l, continuation);
         // Blocked (or new): a large file restarts where the volume has room,
         // a small one that met another file's blocks where its group has.
         let stream_restart = place == Placement::Stream;

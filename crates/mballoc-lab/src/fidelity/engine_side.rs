@@ -96,6 +96,7 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
                 ServedBy::InodePreallocation | ServedBy::GroupPreallocation => "preallocation".into(),
                 ServedBy::Allocator(FoundBy::Goal) => "goal".into(),
                 ServedBy::Allocator(FoundBy::Pass(cr)) => cr.kernel_name().into(),
+                ServedBy::Allocator(FoundBy::Policy) => "policy".into(),
                 ServedBy::Failed => "failed".into(),
             },
         })

@@ -140,6 +140,7 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
                         let p = match a.found_by {
                             FoundBy::Goal => 5,
                             FoundBy::Pass(c) => c.index(),
+                            FoundBy::Policy => unreachable!("replay's allocator has the kernel's policy"),
                         };
                         (a.extent.start, a.extent.len, p)
                     }

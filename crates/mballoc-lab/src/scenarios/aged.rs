@@ -209,6 +209,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("placed_aged_mib_per_s", "aged placed MiB/s (no I/O)", 0),
             col("aged_vs_fresh", "aged/fresh", 3),
             col("extents", "extents", 0),
+            col("layout_score", "layout score", 3),
             col("reqs", "requests", 0),
             col("allocator_reqs", "allocator reqs", 0),
             col("extents_scanned_per_request", "scanned/request", 1),

@@ -73,6 +73,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("avg_free_extent_kib", "avg free ext KB", 0),
             col("free_extents", "free extents", 0),
             col("avg_extents_per_file", "extents/file", 1),
+            col("layout_score", "layout score", 3),
             col("max_extents", "max", 0),
             col("avg_size_per_extent_kib", "KB/extent", 0),
             col("e4defrag_score", "e4defrag score", 0),

@@ -2,6 +2,7 @@
 //! selected backend, reported as rows of metrics.
 
 pub mod aged;
+pub mod at_scale;
 pub mod core;
 mod driver;
 pub mod fallocate2;
@@ -204,6 +205,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "small-files-fragmented", about: small_files::ABOUT, run: small_files::run },
     Scenario { name: "multiblock-cost", about: multiblock::ABOUT, run: multiblock::run },
     Scenario { name: "aged", about: aged::ABOUT, run: aged::run },
+    Scenario { name: "aged-at-scale", about: at_scale::ABOUT, run: at_scale::run },
     Scenario { name: "folio-write", about: folio_write::ABOUT, run: folio_write::run },
     Scenario { name: "fallocate2-core", about: core::FALLOCATE2_ABOUT, run: core::run_fallocate2 },
     Scenario { name: "fragmented-core", about: core::FRAGMENTED_ABOUT, run: core::run_fragmented },
@@ -347,6 +349,9 @@ pub fn layout_metrics(row: &mut Row, target: &dyn Target, block_size: u32, keep:
             let d = metrics::e4defrag(&files, block_size, target.blocks_per_flex());
             row.set("avg_size_per_extent_kib", d.avg_extent_kib);
             row.set("e4defrag_score", d.score.round());
+            let score = metrics::layout_score(&files)
+                .map_or(serde_json::Value::from("n/a"), |s| serde_json::Value::from((s * 1000.0).round() / 1000.0));
+            row.set("layout_score", score);
         }
         Err(e) => {
             row.set("layout_error", chain(&e));

@@ -116,6 +116,7 @@ pub fn run(env: &Env) -> ScenarioReport {
             col("groups_scanned", "groups scanned", 0),
             col("cr_hits", "hits p2/fast/best/slow/any", 0),
             col("avg_extents_per_file", "extents/file", 2),
+            col("layout_score", "layout score", 3),
         ],
     );
     let trims = [("with CR_BEST_AVAIL_LEN", 3u32), ("without CR_BEST_AVAIL_LEN", 0)];

@@ -29,6 +29,7 @@ const fn k(key: &'static str, unit: &'static str, range: &'static str, about: &'
 /// Every engine key.
 pub const ENGINE_KEYS: &[EngineKey] = &[
     k("profile", "choice", "default | kernel", "the engine's own choices or ext4's (applied first)"),
+    k("policy", "name", "kernel | a registered policy", "the decisions that differ from ext4's (mballoc::Policy)"),
     k("mb_stats", "flag", "0 | 1", "count what the allocator does"),
     k("mb_max_to_scan", "extents", "1 ..", "extents measured before the best so far is taken"),
     k("mb_min_to_scan", "extents", "0 ..", "extents measured before a larger candidate is accepted"),
@@ -78,6 +79,7 @@ pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
     };
     Some(match key {
         "profile" => return None,
+        "policy" => cfg.policy.as_ref().map_or("kernel", |p| p.name()).to_string(),
         "mb_stats" => u8::from(t.mb_stats).to_string(),
         "mb_max_to_scan" => t.mb_max_to_scan.to_string(),
         "mb_min_to_scan" => t.mb_min_to_scan.to_string(),
@@ -208,6 +210,19 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
                 cfg.reserved = reserved;
             }
         }
+        "policy" => {
+            cfg.policy = match crate::policies::find(value) {
+                // ext4's own: no override at all.
+                Some(_) if value == "kernel" => None,
+                Some(p) => Some(p),
+                None => {
+                    return Err(format!(
+                        "no policy {value:?}; registered: {} (a program registers its own)",
+                        crate::policies::names().join(", ")
+                    ))
+                }
+            }
+        }
         "mb_stats" => t.mb_stats = flag()?,
         "mb_max_to_scan" => t.mb_max_to_scan = positive()?,
         "mb_min_to_scan" => t.mb_min_to_scan = num()?,
@@ -334,6 +349,7 @@ mod tests {
             ("punch", "ext4"),
             ("extent_tree", "in-volume"),
             ("delalloc", "1"),
+            ("policy", "kernel"),
         ];
         let geo = Geometry::new(4096, 1 << 18).unwrap();
         for key in ENGINE_KEYS.iter().map(|k| k.key).filter(|k| *k != "profile") {
