@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod aging;
 pub mod backend;
 pub mod cleanup;
 pub mod core_workloads;

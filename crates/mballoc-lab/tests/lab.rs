@@ -21,6 +21,7 @@ const REQUIRED: &[(&str, &[&str])] = &[
     ("fallocate2-core", &["workers", "ops_per_s"]),
     ("fragmented-core", &["requests", "ns_per_request"]),
     ("aged-at-scale", &["write_s", "extents_scanned_per_request", "groups_built", "used_pct"]),
+    ("aging", &["layout_score", "avg_extents_per_file", "files"]),
     ("folio-write", &["bs_kib", "iops", "mib_per_s"]),
 ];
 

@@ -2,6 +2,7 @@
 //! selected backend, reported as rows of metrics.
 
 pub mod aged;
+pub mod aging;
 pub mod at_scale;
 pub mod core;
 mod driver;
@@ -206,6 +207,7 @@ pub const ALL: &[Scenario] = &[
     Scenario { name: "multiblock-cost", about: multiblock::ABOUT, run: multiblock::run },
     Scenario { name: "aged", about: aged::ABOUT, run: aged::run },
     Scenario { name: "aged-at-scale", about: at_scale::ABOUT, run: at_scale::run },
+    Scenario { name: "aging", about: aging::ABOUT, run: aging::run },
     Scenario { name: "folio-write", about: folio_write::ABOUT, run: folio_write::run },
     Scenario { name: "fallocate2-core", about: core::FALLOCATE2_ABOUT, run: core::run_fallocate2 },
     Scenario { name: "fragmented-core", about: core::FRAGMENTED_ABOUT, run: core::run_fragmented },
