@@ -23,12 +23,20 @@ pub struct How<'a> {
     /// The least share of identical files, percent, below which the run
     /// fails.
     pub require: f64,
+    /// `--set` assignments (ext4 only), over each case's own.
+    pub set: &'a [String],
 }
 
 pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<'_>) -> Result<()> {
-    let How { quick, detail, json, keep, require } = *how;
+    let How { quick, detail, json, keep, require, set } = *how;
     anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
-    use mballoc_lab::fidelity::{self, Case};
+    use mballoc_lab::fidelity::{self, Case, Ext4Config};
+    let mut over = mballoc_lab::settings::Settings::default();
+    for a in set {
+        over.set_str(a)?;
+    }
+    // Refused before anything runs, root or not.
+    Ext4Config::from_settings(&over).check(&over)?;
     if !mballoc_lab::sys::is_root() {
         println!("fidelity: skipped (needs root for loop mounts and tracefs)");
         return Ok(());
@@ -42,19 +50,37 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
                 bail!("no built-in case {n:?}; the cases are {}", names.join(", "));
             }
         }
-        all.into_iter().filter(|c| only.is_empty() || only.contains(&c.name)).collect()
+        all.into_iter()
+            .filter(|c| only.is_empty() || only.contains(&c.name))
+            .map(|mut c| {
+                c.ext4 = Ext4Config::from_settings(&over);
+                c
+            })
+            .collect()
     } else {
         files
             .iter()
             .map(|f| -> Result<Case> {
                 let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
-                let trace = if Trace::is_trace(&text) {
-                    Trace::parse(&text)?
-                } else {
-                    Trace::from_workload(&Workload::from_toml(&text)?, 10_000_000)?
-                };
                 let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
-                Ok(Case::from_trace(&name, trace))
+                if Trace::is_trace(&text) {
+                    let mut c = Case::from_trace(&name, Trace::parse(&text)?);
+                    c.ext4 = Ext4Config::from_settings(&over);
+                    return Ok(c);
+                }
+                // A workload's own [ext4] table and image, under --set.
+                let mut w = Workload::from_toml(&text)?;
+                let mut settings = w.settings()?;
+                settings.extend(&over);
+                let ext4 = Ext4Config::from_settings(&settings);
+                ext4.check(&settings).with_context(|| f.display().to_string())?;
+                if let Some(img) = w.image.clone() {
+                    mballoc_lab::scenarios::StartImage::open(&img)?.apply(&mut w);
+                }
+                let mut c = Case::from_trace(&name, Trace::from_workload(&w, 10_000_000)?);
+                c.ext4 = ext4;
+                c.image = w.image.clone();
+                Ok(c)
             })
             .collect::<Result<_>>()?
     };
@@ -75,6 +101,9 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
     for (k, case) in cases.iter().enumerate() {
         if !json {
             eprintln!("fidelity: case {} of {}: {} ...", k + 1, cases.len(), case.name);
+        }
+        if !case.ext4.describe().is_empty() {
+            rep.notes.push(format!("{}: ext4 ran with {} (the engine following it)", case.name, case.ext4.describe()));
         }
         match fidelity::run(case, keep) {
             Ok(a) => {

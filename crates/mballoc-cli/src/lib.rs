@@ -286,6 +286,12 @@ enum LabCmd {
         /// kernel's (percent).
         #[arg(long, value_name = "PCT", default_value_t = 100.0)]
         require: f64,
+        /// Run ext4 with this setting, and the engine following it:
+        /// `ext4.mkfs=ARGS`, `ext4.mount=OPTS`, `ext4.KNOB=VALUE` (over a
+        /// workload's own `[ext4]` table). A setting the kernel profile
+        /// cannot follow is refused with the reason. Repeatable.
+        #[arg(long = "set", value_name = "ext4.KEY=VALUE")]
+        set: Vec<String>,
     },
     /// Replay a kernel allocation trace (tracefs text; see the lab's
     /// kernel_trace docs) against the image it started from.
@@ -508,8 +514,8 @@ fn run() -> Result<()> {
             w.flush()?;
             Ok(())
         }
-        Cmd::Lab { cmd: LabCmd::Fidelity { workloads, quick, cases, detail, out, json, keep, require } } => {
-            let how = fidelity_cmd::How { quick, detail, json, keep: keep.as_deref(), require };
+        Cmd::Lab { cmd: LabCmd::Fidelity { workloads, quick, cases, detail, out, json, keep, require, set } } => {
+            let how = fidelity_cmd::How { quick, detail, json, keep: keep.as_deref(), require, set: &set };
             fidelity_cmd::run(&workloads, &cases, &out, &how)
         }
         Cmd::Lab { cmd: LabCmd::Replay { trace, image, dev, optimize_scan, json } } => {

@@ -354,3 +354,32 @@ fn every_workload_op_runs_on_every_backend() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn fidelity_refuses_what_the_profile_cannot_follow_before_running() {
+    for (arg, want) in [
+        ("ext4.mount=stripe=16", "s_stripe"),
+        ("ext4.mkfs=-O ^has_journal", "journal"),
+        ("engine.mb_max_to_scan=5", "only ext4"),
+        ("ext4.mount=commit=5", "timer"),
+    ] {
+        let o = mballoc(&["lab", "fidelity", "--quick", "--set", arg]);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(want), "{arg}: {t}");
+        assert!(!t.contains("case 1 of"), "nothing ran: {t}");
+    }
+    // A workload's own table is checked the same way.
+    let dir = scratch("fidelity-table");
+    let wl = dir.join("w.toml");
+    let plain = APPENDERS.replace("[engine]\nmb_optimize_scan = 1", "[ext4]\nmount = 'data=journal'");
+    std::fs::write(&wl, plain).unwrap();
+    let o = mballoc(&["lab", "fidelity", wl.to_str().unwrap()]);
+    let t = text(&o);
+    // Without root the run is skipped before the workload is read.
+    if mballoc_testkit::can_loop_mount() {
+        assert!(!o.status.success() && t.contains("data=journal"), "{t}");
+    } else {
+        eprintln!("skipped the workload half: needs root and loop devices");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -89,6 +89,14 @@ impl Image {
         Ok(image)
     }
 
+    /// A sparse copy of the image at `source` in /dev/shm (the original is
+    /// never written).
+    pub fn copy_of(source: &Path) -> Result<Image, LabError> {
+        let image = Mount::new_image(KernelFs::Ext4);
+        run(Command::new("cp").arg("--sparse=always").arg(source).arg(&image.path))?;
+        Ok(image)
+    }
+
     /// An image expanded from an `e2image -Q` (QCOW2) file, by
     /// `e2image -r`.
     pub fn from_qcow2(source: &Path) -> Result<Image, LabError> {

@@ -26,12 +26,23 @@ pub struct Case {
     /// The operations (streams, issued in turn), the volume size and
     /// block size.
     pub trace: Trace,
+    /// The kernel's mkfs arguments, mount options and knobs, which the
+    /// engine follows.
+    pub ext4: super::config::Ext4Config,
+    /// An ext4 image both sides start from instead of a fresh mkfs.
+    pub image: Option<std::path::PathBuf>,
 }
 
 impl Case {
     /// A case from a workload's trace.
     pub fn from_trace(name: &str, trace: Trace) -> Case {
-        Case { name: name.to_string(), about: "a workload of the user's".into(), trace }
+        Case {
+            name: name.to_string(),
+            about: "a workload of the user's".into(),
+            trace,
+            ext4: Default::default(),
+            image: None,
+        }
     }
 
     /// Refuse what the comparison cannot follow yet: a name change moves
@@ -122,6 +133,8 @@ impl Ops {
                 files: self.files,
                 streams: vec![self.ops],
             },
+            ext4: Default::default(),
+            image: None,
         }
     }
 }

@@ -44,8 +44,12 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     let vol = mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let base = u64::from(vol.superblock().first_data_block);
     let total_blocks = vol.superblock().blocks_count;
-    let loaded = mballoc_ext4::engine::load(&vol, |cfg| kernel_profile(cfg, possible_cpus))
-        .context("loading the image into the engine")?;
+    let mut write_mode = crate::backend::WriteMode::Delalloc;
+    let loaded = mballoc_ext4::engine::load(&vol, |cfg| {
+        kernel_profile(cfg, possible_cpus);
+        write_mode = case.ext4.apply_engine(cfg);
+    })
+    .context("loading the image into the engine")?;
     let fs = loaded.fs;
     fs.allocator().reset_stats();
     fs.record_allocations();
@@ -54,7 +58,7 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     let mut dirty = DirtyOrder::default();
     for (i, op) in ops.iter().enumerate() {
         dirty.note(op);
-        apply(&fs, op, &mut ids, &mut open)
+        apply(&fs, op, write_mode, &mut ids, &mut open)
             .map_err(|e| LabError::from(e).context(format!("operation {} ({})", i + 1, op.kind.name())))?;
     }
     for &slot in dirty.files() {
@@ -116,6 +120,7 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
 fn apply(
     fs: &Fs,
     op: &Op,
+    write_mode: crate::backend::WriteMode,
     ids: &mut HashMap<u32, FileId>,
     open: &mut HashMap<u32, bool>,
 ) -> Result<(), mballoc_fs::FsError> {
@@ -136,7 +141,10 @@ fn apply(
             }
             open.insert(op.file, true);
         }
-        OpKind::Write => fs.write(id(ids)?, op.offset, op.len)?,
+        OpKind::Write => match write_mode {
+            crate::backend::WriteMode::Delalloc => fs.write(id(ids)?, op.offset, op.len)?,
+            crate::backend::WriteMode::NoDelalloc => fs.write_through(id(ids)?, op.offset, op.len)?,
+        },
         OpKind::Fallocate => fs.fallocate(id(ids)?, op.offset, op.len, FallocateMode::ExtendSize)?,
         OpKind::FallocateKeepSize => fs.fallocate(id(ids)?, op.offset, op.len, FallocateMode::KeepSize)?,
         OpKind::Punch => fs.punch_hole(id(ids)?, op.offset, op.len)?,

@@ -18,8 +18,11 @@ pub(super) fn make_image(case: &Case) -> Result<Image, LabError> {
     if !sys::is_root() {
         return Err(LabError::Unavailable("fidelity runs need root for loop mounts and tracefs".into()));
     }
-    Image::make(KernelFs::Ext4, case.trace.volume, case.trace.block_size)
-        .context(format!("making {}'s image", case.name))
+    match &case.image {
+        Some(source) => Image::copy_of(source).context(format!("copying {}'s image", case.name)),
+        None => Image::make_with(KernelFs::Ext4, case.trace.volume, case.trace.block_size, &case.ext4.mkfs)
+            .context(format!("making {}'s image", case.name)),
+    }
 }
 
 /// Which files are dirty, oldest first: what the final flush writes back,
@@ -42,7 +45,7 @@ impl DirtyOrder {
 }
 
 pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabError> {
-    let mount = match Mount::from_image(image.path(), "commit=600") {
+    let mount = match Mount::from_image(image.path(), &case.ext4.mount_options()) {
         Ok(m) => m,
         // Kernels before 6.19 mount no block larger than a page.
         Err(e) if u64::from(case.trace.block_size) > sys::page_size() => {
@@ -58,6 +61,11 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
     // Every buddy built now, not by the background prefetch mid-case.
     mount.ext4_proc("mb_groups")?;
     mount.set_ext4_knob("mb_stats", "1")?;
+    for (k, v) in &case.ext4.knobs {
+        if k != "mb_stats" {
+            mount.set_ext4_knob(k, v)?;
+        }
+    }
     let dev = device_numbers(&PathBuf::from("/dev").join(mount.device_name()))?;
     let root = mount.dir().to_path_buf();
     let names = &case.trace.files;

@@ -17,13 +17,16 @@
 //! with `commit=600`, so its 5-second journal timer never fires inside a
 //! case, and the engine's timer is off), and the kernel's background
 //! bitmap prefetch is completed before the first operation by reading
-//! `mb_groups`, so that no timing decides anything.
+//! `mb_groups`, so that no timing decides anything. A case may run ext4
+//! with other mkfs arguments, mount options or knobs ([`config`]); the
+//! engine follows each, and a setting it cannot follow is refused.
 //!
 //! [`replay`] runs a kernel allocation trace recorded anywhere against
 //! the image it started from.
 
 pub mod cases;
 pub mod compare;
+pub mod config;
 mod engine_side;
 mod kernel_side;
 pub mod replay;
@@ -31,6 +34,7 @@ pub mod stored;
 
 pub use cases::{builtin, Case};
 pub use compare::{Agreement, Divergence};
+pub use config::Ext4Config;
 
 use crate::error::LabError;
 use crate::workload::Op;
@@ -108,6 +112,7 @@ pub fn in_turn(streams: &[Vec<Op>]) -> Vec<Op> {
 /// there).
 pub fn run(case: &Case, keep: Option<&std::path::Path>) -> Result<Agreement, LabError> {
     case.check_ops()?;
+    case.ext4.check(&crate::settings::Settings::default())?;
     let image = kernel_side::make_image(case)?;
     let ops = in_turn(&case.trace.streams);
     if let Some(dir) = keep {

@@ -12,7 +12,7 @@
 //! | `NAME.layout`   | each file's FIEMAP layout: `name ino logical+len@physical…` |
 //! | `NAME.free`     | the free runs after unmount: `first len` per line          |
 //! | `NAME.mb_stats` | `/proc/fs/ext4/DEV/mb_stats` before unmount                |
-//! | `NAME.meta`     | the recording machine: `possible_cpus N`, `kernel RELEASE` |
+//! | `NAME.meta`     | the recording machine: `possible_cpus N`, `kernel RELEASE`; the case's `mount OPTS` and `knob NAME VALUE` (its mkfs arguments are in the image) |
 //!
 //! A fresh image is almost all zeros; to keep one in a repository, store
 //! `e2image -Q NAME.img NAME.qcow2` instead of `NAME.img`: [`load`]
@@ -115,7 +115,13 @@ pub(super) fn keep_kernel_run(case: &Case, kernel: &Side, dir: &Path) -> Result<
     write(dir, name, "free", &free)?;
     write(dir, name, "mb_stats", &kernel.mb_stats)?;
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let meta = format!("possible_cpus {}\nkernel {}\n", engine_side::possible_cpus(), release.trim());
+    let mut meta = format!("possible_cpus {}\nkernel {}\n", engine_side::possible_cpus(), release.trim());
+    if !case.ext4.mount.is_empty() {
+        let _ = writeln!(meta, "mount {}", case.ext4.mount.join(","));
+    }
+    for (k, v) in &case.ext4.knobs {
+        let _ = writeln!(meta, "knob {k} {v}");
+    }
     write(dir, name, "meta", &meta)
 }
 
@@ -126,7 +132,13 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
     };
     let ops = read(dir, name, "ops")?;
     let trace = Trace::parse(&ops).map_err(LabError::from).context(format!("reading {name}.ops"))?;
-    let case = Case { name: name.to_string(), about: "a kept kernel run".into(), trace };
+    let mut case = Case {
+        name: name.to_string(),
+        about: "a kept kernel run".into(),
+        trace,
+        ext4: Default::default(),
+        image: None,
+    };
 
     let mut files = Vec::new();
     for (i, line) in read(dir, name, "layout")?.lines().enumerate() {
@@ -156,6 +168,11 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
     for (i, line) in read(dir, name, "meta")?.lines().enumerate() {
         if let Some(n) = line.strip_prefix("possible_cpus ") {
             possible_cpus = Some(n.trim().parse().map_err(|_| invalid("meta", i + 1, "expected a CPU count"))?);
+        } else if let Some(m) = line.strip_prefix("mount ") {
+            case.ext4.mount = m.split(',').map(|o| o.trim().to_string()).filter(|o| !o.is_empty()).collect();
+        } else if let Some(k) = line.strip_prefix("knob ") {
+            let (k, v) = k.split_once(' ').ok_or_else(|| invalid("meta", i + 1, "expected `knob NAME VALUE`"))?;
+            case.ext4.knobs.push((k.to_string(), v.trim().to_string()));
         }
     }
     let possible_cpus = possible_cpus.ok_or_else(|| invalid("meta", 1, "no possible_cpus line"))?;

@@ -1,0 +1,243 @@
+//! A fidelity case's ext4 configuration: the mkfs arguments, mount options
+//! and /sys/fs/ext4 knobs it runs the kernel with, and how the engine's
+//! kernel profile follows each. What the profile follows is listed here,
+//! setting by setting; anything else is refused with the reason before
+//! either side runs, never compared as if it were the default.
+//!
+//! Followed: mkfs's group, flex-group, inode and reserve sizes and
+//! `-O ^flex_bg` (the engine loads the image mkfs made, so it has them);
+//! `nodelalloc` (each block of a write its own request, as
+//! `Fs::write_through`), `mb_optimize_scan=`, and options that move no
+//! block (`noatime`, `nobarrier`, ...); the allocator's knobs by their
+//! names, which are the engine's. The bitmap prefetch knobs are accepted:
+//! a case reads `mb_groups` first, which builds every buddy, so prefetch
+//! has nothing left to decide.
+
+use crate::backend::WriteMode;
+use crate::error::LabError;
+use crate::mount::KernelFs;
+use crate::settings::{Scope, Settings};
+use mballoc_fs::FsConfig;
+
+/// The kernel configuration of a case.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ext4Config {
+    /// Extra mkfs.ext4 arguments.
+    pub mkfs: Vec<String>,
+    /// Extra mount options (besides the case's `commit=600`).
+    pub mount: Vec<String>,
+    /// /sys/fs/ext4/DEV knobs, set after mounting.
+    pub knobs: Vec<(String, String)>,
+}
+
+/// mkfs arguments that take a value and that the engine follows by
+/// loading the image.
+const MKFS_WITH_VALUE: &[(&str, &str)] = &[
+    ("-g", "blocks per group"),
+    ("-G", "groups per flex group"),
+    ("-N", "inodes"),
+    ("-i", "bytes per inode"),
+    ("-I", "inode size"),
+    ("-m", "reserved blocks percentage"),
+];
+
+/// Mount options that move no block.
+const MOUNT_NEUTRAL: &[&str] = &[
+    "noatime",
+    "relatime",
+    "strictatime",
+    "nodiratime",
+    "barrier",
+    "nobarrier",
+    "delalloc",
+    "data=ordered",
+    "dioread_nolock",
+    "auto_da_alloc",
+];
+
+/// Why the profile cannot follow a mount option, for those known.
+fn mount_refusal(opt: &str) -> Option<&'static str> {
+    let name = opt.split_once('=').map_or(opt, |(k, _)| k);
+    Some(match name {
+        "commit" => "the case mounts with commit=600 so no timer fires mid-case; another interval would let the journal timer decide",
+        "nodioread_nolock" => "extent-tree block goals under nodioread_nolock are not modelled",
+        "stripe" => "s_stripe's aligned goals and sizes are not modelled",
+        "data" => "data=journal and data=writeback change when blocks are mapped; not modelled",
+        "noauto_da_alloc" => "close after truncate follows auto_da_alloc only",
+        "discard" | "nodiscard" => "discard changes when freed blocks come back; not modelled",
+        "journal_async_commit" | "journal_checksum" => "journal modes are not modelled",
+        _ => return None,
+    })
+}
+
+impl Ext4Config {
+    /// The `ext4.` settings of `s` (mkfs, mount and knobs).
+    pub fn from_settings(s: &Settings) -> Ext4Config {
+        let fs = KernelFs::Ext4;
+        Ext4Config {
+            mkfs: s.mkfs_args(fs),
+            mount: s.mount_options(fs).map_or_else(Vec::new, |m| {
+                m.split(',').map(str::trim).filter(|o| !o.is_empty()).map(String::from).collect()
+            }),
+            knobs: s.knobs(fs),
+        }
+    }
+
+    /// Refuse what the kernel profile cannot follow, naming the setting
+    /// and why; also engine settings, which would compare another profile.
+    pub fn check(&self, settings: &Settings) -> Result<(), LabError> {
+        let no = |what: String, why: &str| {
+            Err(LabError::Invalid(format!("{what}: lab fidelity cannot compare this: {why}")))
+        };
+        if let Some(s) = settings.iter().find(|s| s.scope != Scope::Kernel(KernelFs::Ext4)) {
+            return no(
+                s.to_string(),
+                "fidelity compares ext4 with the engine's kernel profile; only ext4.* settings apply",
+            );
+        }
+        let mut args = self.mkfs.iter();
+        while let Some(a) = args.next() {
+            if MKFS_WITH_VALUE.iter().any(|(f, _)| f == a) {
+                if args.next().is_none() {
+                    return no(format!("ext4.mkfs={a}"), "needs a value");
+                }
+                continue;
+            }
+            match a.as_str() {
+                "-O" => match args.next().map(String::as_str) {
+                    Some("^flex_bg") => {}
+                    Some(f) if f.contains("has_journal") => {
+                        return no(
+                            format!("ext4.mkfs=-O {f}"),
+                            "without a journal blocks are free at once, not at commit; not modelled",
+                        )
+                    }
+                    Some(f) if f.contains("bigalloc") => {
+                        return no(format!("ext4.mkfs=-O {f}"), "the engine loads no bigalloc volume's files")
+                    }
+                    Some(f) => return no(format!("ext4.mkfs=-O {f}"), "a feature the profile does not model"),
+                    None => return no("ext4.mkfs=-O".into(), "needs a feature"),
+                },
+                "-E" => match args.next() {
+                    Some(e)
+                        if e.split(',')
+                            .all(|x| x.starts_with("lazy_itable_init") || x.starts_with("lazy_journal_init")) => {}
+                    Some(e) if e.contains("stride") || e.contains("stripe") => {
+                        return no(format!("ext4.mkfs=-E {e}"), "s_stripe's aligned goals and sizes are not modelled")
+                    }
+                    Some(e) => return no(format!("ext4.mkfs=-E {e}"), "an extended option the profile does not model"),
+                    None => return no("ext4.mkfs=-E".into(), "needs options"),
+                },
+                "-b" => return no("ext4.mkfs=-b".into(), "the block size is the workload's `block_size`"),
+                other => return no(format!("ext4.mkfs={other}"), "an mkfs argument the profile does not model"),
+            }
+        }
+        for o in &self.mount {
+            if MOUNT_NEUTRAL.contains(&o.as_str()) || o == "nodelalloc" || o.starts_with("mb_optimize_scan=") {
+                continue;
+            }
+            return no(
+                format!("ext4.mount={o}"),
+                mount_refusal(o).unwrap_or("a mount option the profile does not model"),
+            );
+        }
+        for (k, v) in &self.knobs {
+            if matches!(k.as_str(), "mb_stats" | "mb_prefetch" | "mb_prefetch_limit") {
+                continue;
+            }
+            let mut scratch = FsConfig::new(mballoc::Geometry::new(4096, 1 << 20).expect("a scratch geometry"));
+            if !k.starts_with("mb_") || crate::settings::engine::apply_one(&mut scratch, k, v).is_err() {
+                return no(format!("ext4.{k}={v}"), "a knob the profile has no counterpart for");
+            }
+        }
+        Ok(())
+    }
+
+    /// The mount options of the kernel side.
+    pub fn mount_options(&self) -> String {
+        std::iter::once("commit=600".to_string()).chain(self.mount.iter().cloned()).collect::<Vec<_>>().join(",")
+    }
+
+    /// Make the engine's kernel profile follow the configuration (checked
+    /// first); how it writes.
+    pub fn apply_engine(&self, cfg: &mut FsConfig) -> WriteMode {
+        for o in &self.mount {
+            if let Some(v) = o.strip_prefix("mb_optimize_scan=") {
+                let _ = crate::settings::engine::apply_one(cfg, "mb_optimize_scan", v);
+            }
+        }
+        for (k, v) in &self.knobs {
+            if k.starts_with("mb_") && k != "mb_stats" {
+                let _ = crate::settings::engine::apply_one(cfg, k, v);
+            }
+        }
+        if self.mount.iter().any(|o| o == "nodelalloc") {
+            WriteMode::NoDelalloc
+        } else {
+            WriteMode::Delalloc
+        }
+    }
+
+    /// One line for reports: what ran besides the defaults.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.mkfs.is_empty() {
+            parts.push(format!("mkfs {}", self.mkfs.join(" ")));
+        }
+        if !self.mount.is_empty() {
+            parts.push(format!("-o {}", self.mount.join(",")));
+        }
+        for (k, v) in &self.knobs {
+            parts.push(format!("{k}={v}"));
+        }
+        parts.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(sets: &[&str]) -> (Ext4Config, Settings) {
+        let mut s = Settings::default();
+        for a in sets {
+            s.set_str(a).unwrap();
+        }
+        (Ext4Config::from_settings(&s), s)
+    }
+
+    #[test]
+    fn followed_settings_pass_and_others_are_refused_with_the_reason() {
+        for ok in [
+            &["ext4.mkfs=-O ^flex_bg -g 16384"][..],
+            &["ext4.mount=nodelalloc,noatime"],
+            &["ext4.mb_max_to_scan=50", "ext4.mount=mb_optimize_scan=0"],
+        ] {
+            let (c, s) = config(ok);
+            c.check(&s).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        for (bad, why) in [
+            (&["ext4.mkfs=-O ^has_journal"][..], "journal"),
+            (&["ext4.mkfs=-E stride=16,stripe_width=64"], "s_stripe"),
+            (&["ext4.mount=stripe=64"], "s_stripe"),
+            (&["ext4.mount=commit=5"], "timer"),
+            (&["ext4.mount=nodioread_nolock"], "nodioread_nolock"),
+            (&["ext4.extent_max_zeroout_kb=0"], "counterpart"),
+            (&["engine.mb_max_to_scan=50"], "only ext4"),
+        ] {
+            let (c, s) = config(bad);
+            let e = c.check(&s).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_engine_follows_what_is_followed() {
+        let (c, _) = config(&["ext4.mount=nodelalloc,mb_optimize_scan=0", "ext4.mb_max_to_scan=50"]);
+        let mut cfg = FsConfig::kernel(mballoc::Geometry::new(4096, 1 << 18).unwrap());
+        assert_eq!(c.apply_engine(&mut cfg), WriteMode::NoDelalloc);
+        assert_eq!(cfg.tunables.mb_max_to_scan, 50);
+        assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
+        assert_eq!(c.mount_options(), "commit=600,nodelalloc,mb_optimize_scan=0");
+    }
+}
