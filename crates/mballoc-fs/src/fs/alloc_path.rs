@@ -200,13 +200,14 @@ impl Fs {
         {
             return self.allocate_appending(node, ino, l, len, place, pa_bounds.1);
         }
-        let goal = self.goal(ino, l);
+        let (ext4_goal, continuation) = self.ext4_goal(ino, l);
+        let goal = self.policy_goal(ino, l, continuation.map(|_| ext4_goal));
         if place == Placement::LocalityGroup {
             return self.allocate_from_group(len, goal, t.mb_group_prealloc, normalize);
         }
         // A goal the policy moved is where the request goes: not the
         // stream's group, which would otherwise start the search.
-        let moved = goal != self.ext4_goal(ino, l).0;
+        let moved = goal != ext4_goal;
         let stream = (place == Placement::Stream && !moved).then_some(ino.id);
         if place == Placement::Stream && normalize == Normalize::Yes {
             return self.allocate_window(node, ino, shape, pa_bounds, goal, stream);

@@ -9,10 +9,11 @@
 
 use super::OpError;
 use mballoc_fs::FileId;
+use mballoc_fs::IdMap;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
 struct Slot {
     /// The file (0: none).
     id: u64,
@@ -22,52 +23,28 @@ struct Slot {
     open: bool,
 }
 
-#[derive(Default)]
-struct Table {
-    slots: Vec<Slot>,
-    /// Names per file.
-    links: HashMap<u64, u32>,
-}
-
-impl Table {
-    fn slot(&mut self, i: u32) -> Result<&mut Slot, OpError> {
-        self.slots.get_mut(i as usize).ok_or_else(|| OpError::Failed(format!("no file slot {i}")))
+impl Slot {
+    fn pack(self) -> u64 {
+        self.id << 2 | u64::from(self.named) << 1 | u64::from(self.open)
     }
-
-    fn named(&mut self, i: u32) -> Result<&mut Slot, OpError> {
-        match self.slot(i)? {
-            s if s.named => Ok(s),
-            _ => Err(OpError::Failed(format!("file slot {i} names no file"))),
-        }
-    }
-
-    fn is_open_anywhere(&self, id: u64) -> bool {
-        self.slots.iter().any(|s| s.id == id && s.open)
-    }
-
-    /// What is left to do for `id` now that a name or handle went.
-    fn settle(&self, id: u64, closed: bool, out: &mut Dropped) {
-        if closed {
-            out.close.push(FileId(id));
-        }
-        if !self.links.contains_key(&id) && !self.is_open_anywhere(id) {
-            out.unlink.push(FileId(id));
-        }
-    }
-
-    fn drop_name(&mut self, id: u64) {
-        let n = self.links.get_mut(&id).expect("a named file has a link count");
-        *n -= 1;
-        if *n == 0 {
-            self.links.remove(&id);
-        }
+    fn unpack(v: u64) -> Slot {
+        Slot { id: v >> 2, named: v & 2 != 0, open: v & 1 != 0 }
     }
 }
 
-/// Slots and link counts, under one lock: a rename changes two slots and
-/// a count together.
+/// Slots (one word each, read without a lock on every data operation) and
+/// link counts. Every change takes the one lock, so a rename changes two
+/// slots and a count together; readers see each slot whole.
 pub(crate) struct Slots {
-    inner: Mutex<Table>,
+    state: Vec<AtomicU64>,
+    counts: Mutex<Counts>,
+}
+
+/// Names and open handles per file.
+#[derive(Default)]
+struct Counts {
+    links: IdMap<u32>,
+    handles: IdMap<u32>,
 }
 
 /// What the file layer must do after a change, in order: close these
@@ -78,31 +55,94 @@ pub(crate) struct Dropped {
     pub(crate) unlink: Vec<FileId>,
 }
 
-impl Slots {
-    pub(crate) fn new(n: usize) -> Slots {
-        Slots { inner: Mutex::new(Table { slots: vec![Slot::default(); n], links: HashMap::new() }) }
+/// The table under its lock.
+struct Locked<'a> {
+    state: &'a [AtomicU64],
+    c: parking_lot::MutexGuard<'a, Counts>,
+}
+
+impl Locked<'_> {
+    fn get(&self, i: u32) -> Result<Slot, OpError> {
+        self.state
+            .get(i as usize)
+            .map(|a| Slot::unpack(a.load(Ordering::Acquire)))
+            .ok_or_else(|| OpError::Failed(format!("no file slot {i}")))
     }
 
-    /// The file `slot` holds open.
+    fn named(&self, i: u32) -> Result<Slot, OpError> {
+        match self.get(i)? {
+            s if s.named => Ok(s),
+            _ => Err(OpError::Failed(format!("file slot {i} names no file"))),
+        }
+    }
+
+    /// Set slot `i`, keeping the handle counts in step.
+    fn set(&mut self, i: u32, s: Slot) {
+        let old = Slot::unpack(self.state[i as usize].swap(s.pack(), Ordering::AcqRel));
+        if old.open {
+            let n = self.c.handles.get_mut(&old.id).expect("an open slot is counted");
+            *n -= 1;
+            if *n == 0 {
+                self.c.handles.remove(&old.id);
+            }
+        }
+        if s.open {
+            *self.c.handles.entry(s.id).or_default() += 1;
+        }
+    }
+
+    /// What is left to do for `id` now that a name or handle went.
+    fn settle(&self, id: u64, closed: bool, out: &mut Dropped) {
+        if closed {
+            out.close.push(FileId(id));
+        }
+        if !self.c.links.contains_key(&id) && !self.c.handles.contains_key(&id) {
+            out.unlink.push(FileId(id));
+        }
+    }
+
+    fn drop_name(&mut self, id: u64) {
+        let n = self.c.links.get_mut(&id).expect("a named file has a link count");
+        *n -= 1;
+        if *n == 0 {
+            self.c.links.remove(&id);
+        }
+    }
+}
+
+impl Slots {
+    pub(crate) fn new(n: usize) -> Slots {
+        Slots { state: (0..n).map(|_| AtomicU64::new(0)).collect(), counts: Mutex::new(Counts::default()) }
+    }
+
+    fn lock(&self) -> Locked<'_> {
+        Locked { state: &self.state, c: self.counts.lock() }
+    }
+
+    fn read(&self, slot: u32) -> Slot {
+        self.state.get(slot as usize).map_or(Slot::default(), |a| Slot::unpack(a.load(Ordering::Acquire)))
+    }
+
+    /// The file `slot` holds open (no lock: every data operation asks).
     pub(crate) fn open_id(&self, slot: u32) -> Result<FileId, OpError> {
-        match self.inner.lock().slots.get(slot as usize) {
-            Some(s) if s.id != 0 && s.open => Ok(FileId(s.id)),
+        match self.read(slot) {
+            s if s.id != 0 && s.open => Ok(FileId(s.id)),
             _ => Err(OpError::Failed(format!("file slot {slot} is not open"))),
         }
     }
 
     /// The file `slot`'s path names.
     pub(crate) fn named(&self, slot: u32) -> Option<FileId> {
-        self.inner.lock().slots.get(slot as usize).filter(|s| s.named).map(|s| FileId(s.id))
+        Some(self.read(slot)).filter(|s| s.named).map(|s| FileId(s.id))
     }
 
     /// `slot` names new file `id` and holds it open; a file it held open
     /// before is closed (and goes if nothing else holds it).
     pub(crate) fn created(&self, slot: u32, id: u64) -> Result<Dropped, OpError> {
-        let mut t = self.inner.lock();
-        let old = *t.slot(slot)?;
-        *t.slot(slot)? = Slot { id, named: true, open: true };
-        t.links.insert(id, 1);
+        let mut t = self.lock();
+        let old = t.get(slot)?;
+        t.set(slot, Slot { id, named: true, open: true });
+        t.c.links.insert(id, 1);
         let mut out = Dropped::default();
         if old.id != 0 && old.open {
             t.settle(old.id, true, &mut out);
@@ -113,59 +153,46 @@ impl Slots {
     /// Open `slot`'s file by its name; false if the slot held it open
     /// already (nothing to do).
     pub(crate) fn open(&self, slot: u32) -> Result<bool, OpError> {
-        let mut t = self.inner.lock();
+        let mut t = self.lock();
         let s = t.named(slot)?;
-        let was = s.open;
-        s.open = true;
-        Ok(!was)
+        t.set(slot, Slot { open: true, ..s });
+        Ok(!s.open)
     }
 
     /// Close `slot`'s handle.
     pub(crate) fn close(&self, slot: u32) -> Result<Dropped, OpError> {
-        let mut t = self.inner.lock();
-        let s = t.slot(slot)?;
+        let mut t = self.lock();
+        let s = t.get(slot)?;
         if s.id == 0 || !s.open {
             return Err(OpError::Failed(format!("file slot {slot} is not open")));
         }
-        let id = s.id;
-        s.open = false;
-        if !s.named {
-            *s = Slot::default();
-        }
+        t.set(slot, if s.named { Slot { open: false, ..s } } else { Slot::default() });
         let mut out = Dropped::default();
-        t.settle(id, true, &mut out);
+        t.settle(s.id, true, &mut out);
         Ok(out)
     }
 
     /// Remove `slot`'s name (its handle, if open, stays).
     pub(crate) fn unlink(&self, slot: u32) -> Result<Dropped, OpError> {
-        let mut t = self.inner.lock();
+        let mut t = self.lock();
         let s = t.named(slot)?;
-        let id = s.id;
-        s.named = false;
-        if !s.open {
-            *s = Slot::default();
-        }
-        t.drop_name(id);
+        t.set(slot, if s.open { Slot { named: false, ..s } } else { Slot::default() });
+        t.drop_name(s.id);
         let mut out = Dropped::default();
-        t.settle(id, false, &mut out);
+        t.settle(s.id, false, &mut out);
         Ok(out)
     }
 
     /// `rename(from, to)` (see the module's doc).
     pub(crate) fn rename(&self, from: u32, to: u32) -> Result<Dropped, OpError> {
-        let mut t = self.inner.lock();
-        let src = *t.named(from)?;
-        let old = *t.slot(to)?;
+        let mut t = self.lock();
+        let src = t.named(from)?;
+        let old = t.get(to)?;
         if from == to || (old.named && old.id == src.id) {
             return Ok(Dropped::default());
         }
-        let s = t.slot(from)?;
-        s.named = false;
-        if !s.open {
-            *s = Slot::default();
-        }
-        *t.slot(to)? = Slot { id: src.id, named: true, open: false };
+        t.set(from, if src.open { Slot { named: false, ..src } } else { Slot::default() });
+        t.set(to, Slot { id: src.id, named: true, open: false });
         let mut out = Dropped::default();
         if old.id != 0 {
             if old.named {
@@ -178,23 +205,22 @@ impl Slots {
 
     /// `link(from, to)`: `to` names `from`'s file too (not open there).
     pub(crate) fn link(&self, from: u32, to: u32) -> Result<(), OpError> {
-        let mut t = self.inner.lock();
+        let mut t = self.lock();
         let id = t.named(from)?.id;
-        if t.slot(to)?.id != 0 {
+        if t.get(to)?.id != 0 {
             return Err(OpError::Failed(format!("file slot {to} is taken (link(2) would fail with EEXIST)")));
         }
-        *t.slot(to)? = Slot { id, named: true, open: false };
-        *t.links.get_mut(&id).expect("counted") += 1;
+        t.set(to, Slot { id, named: true, open: false });
+        *t.c.links.get_mut(&id).expect("counted") += 1;
         Ok(())
     }
 
     /// Each named file once, with the first slot that names it.
     pub(crate) fn files(&self) -> Vec<(usize, FileId)> {
-        let t = self.inner.lock();
+        let _t = self.lock();
         let mut seen = std::collections::HashSet::new();
-        t.slots
-            .iter()
-            .enumerate()
+        (0..self.state.len())
+            .map(|i| (i, self.read(i as u32)))
             .filter(|(_, s)| s.named && seen.insert(s.id))
             .map(|(i, s)| (i, FileId(s.id)))
             .collect()

@@ -26,8 +26,10 @@ pub enum StreamSpec {
         job: Box<Job>,
         /// The clone's number.
         clone: u32,
-        /// Slots by path, for the steps' `to` paths.
-        slots: Arc<HashMap<String, u32>>,
+        /// The slots of the clone's files, and of each step's `to` path
+        /// per file (`to[k][f]` for the k-th step of setup then steps),
+        /// resolved once: the operations are generated per file and step.
+        slots: Arc<CloneSlots>,
         /// The gate to wait at before anything, and the signals awaited.
         wait: Option<(u32, u64)>,
         /// Gates to signal: after this step (from 1) of the first round,
@@ -42,11 +44,11 @@ impl StreamSpec {
     /// The operations, generated lazily.
     pub fn ops(&self) -> Box<dyn Iterator<Item = Op> + Send + '_> {
         match self {
-            StreamSpec::Job { job, clone, slots, wait, signals } => {
+            StreamSpec::Job { job, slots, wait, signals, .. } => {
                 let first = wait.map(|(gate, n)| Op { kind: OpKind::Wait, file: gate, offset: n, len: 0, to: 0 });
                 let at_end: Vec<Op> =
                     signals.iter().filter(|s| s.0.is_none()).map(|s| Op::on(OpKind::Signal, s.1)).collect();
-                let body = job_ops(job, *clone, slots, signals);
+                let body = job_ops(job, slots, signals);
                 Box::new(first.into_iter().chain(body).chain(at_end))
             }
             StreamSpec::Listed(v) => Box::new(v.iter().copied()),
@@ -121,8 +123,8 @@ impl Workload {
 
     /// One stream of operations per clone.
     pub fn streams(&self) -> Vec<StreamSpec> {
-        let slots: Arc<HashMap<String, u32>> =
-            Arc::new(self.file_names().into_iter().enumerate().map(|(i, n)| (n, i as u32)).collect());
+        let by_path: HashMap<String, u32> =
+            self.file_names().into_iter().enumerate().map(|(i, n)| (n, i as u32)).collect();
         // Gate g belongs to the g-th job with `after`.
         let mut waits: HashMap<&str, (u32, u64)> = HashMap::new();
         let mut signals: HashMap<&str, Vec<(Option<usize>, u32)>> = HashMap::new();
@@ -139,7 +141,7 @@ impl Workload {
                 v.push(StreamSpec::Job {
                     job: Box::new(j.clone()),
                     clone,
-                    slots: slots.clone(),
+                    slots: Arc::new(CloneSlots::new(j, clone, &by_path)),
                     wait: waits.get(j.name.as_str()).copied(),
                     signals: signals.get(j.name.as_str()).cloned().unwrap_or_default(),
                 });
@@ -149,29 +151,48 @@ impl Workload {
     }
 }
 
+/// One clone's slots, resolved from paths once.
+#[derive(Debug)]
+pub struct CloneSlots {
+    files: Vec<u32>,
+    to: Vec<Option<Vec<u32>>>,
+}
+
+impl CloneSlots {
+    fn new(job: &Job, clone: u32, by_path: &HashMap<String, u32>) -> CloneSlots {
+        // Every path the workload names is a slot (`file_names`).
+        let files = (0..job.files).map(|f| by_path[&file_path(job, clone, f)]).collect();
+        let to = job
+            .setup
+            .iter()
+            .chain(&job.steps)
+            .map(|s| s.to.as_ref().map(|t| (0..job.files).map(|f| by_path[&to_path(t, job, clone, f)]).collect()))
+            .collect();
+        CloneSlots { files, to }
+    }
+}
+
 fn step_ops<'a>(
     s: &'a Step,
-    job: &'a Job,
-    clone: u32,
+    k: usize,
     file: u32,
     round: u64,
-    slots: &'a HashMap<String, u32>,
+    slots: &'a CloneSlots,
 ) -> impl Iterator<Item = Op> + Send + 'a {
-    // Every path the workload names is a slot (`file_names`).
-    let slot = slots[&file_path(job, clone, file)];
-    let to = s.to.as_ref().map_or(0, |t| slots[&to_path(t, job, clone, file)]);
+    let slot = slots.files[file as usize];
+    let to = slots.to[k].as_ref().map_or(0, |t| t[file as usize]);
     (0..s.count).map(move |i| s.op(round, i, slot, to))
 }
 
 fn job_ops<'a>(
     job: &'a Job,
-    clone: u32,
-    slots: &'a HashMap<String, u32>,
+    slots: &'a CloneSlots,
     signals: &'a [(Option<usize>, u32)],
 ) -> impl Iterator<Item = Op> + Send + 'a {
     let last = job.files - 1;
-    let setup =
-        (0..job.files).flat_map(move |f| job.setup.iter().flat_map(move |s| step_ops(s, job, clone, f, 0, slots)));
+    let n_setup = job.setup.len();
+    let setup = (0..job.files)
+        .flat_map(move |f| job.setup.iter().enumerate().flat_map(move |(k, s)| step_ops(s, k, f, 0, slots)));
     let rounds: Box<dyn Iterator<Item = u64> + Send> =
         if job.repeat == 0 { Box::new(0..) } else { Box::new(0..job.repeat) };
     let body = rounds.flat_map(move |round| {
@@ -183,7 +204,7 @@ fn job_ops<'a>(
                     .iter()
                     .filter(move |g| round == 0 && f == last && g.0 == Some(k + 1))
                     .map(|g| Op::on(OpKind::Signal, g.1));
-                step_ops(s, job, clone, f, round, slots).chain(marks)
+                step_ops(s, n_setup + k, f, round, slots).chain(marks)
             })
         })
     });
