@@ -35,14 +35,14 @@
 pub mod aging;
 pub mod backend;
 pub mod cleanup;
-pub mod core_workloads;
+pub(crate) mod core_workloads;
 pub mod error;
 pub mod fidelity;
-pub mod kernel_trace;
+pub(crate) mod kernel_trace;
 pub mod metrics;
 pub mod mount;
 pub mod policies;
-pub mod published;
+pub(crate) mod published;
 pub mod report;
 pub mod runner;
 pub mod scenarios;

@@ -5,7 +5,7 @@
 //! For each case, one `mkfs.ext4` image is made and kept pristine. The
 //! case's operations run through the kernel on a loop-mounted copy, single
 //! threaded and bound to one CPU, with `mb_stats` on and ext4's allocation
-//! tracepoints recorded ([`crate::kernel_trace`]). The same operations then
+//! tracepoints recorded (the crate's `kernel_trace` module). The same operations then
 //! run on the engine loaded from the pristine image
 //! ([`mballoc_ext4::engine::load`]) with the engine recording its own
 //! requests. [`compare`] sets the two side by side: files whose layout is
