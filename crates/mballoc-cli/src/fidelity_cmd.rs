@@ -53,7 +53,7 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
         all.into_iter()
             .filter(|c| only.is_empty() || only.contains(&c.name))
             .map(|mut c| {
-                c.ext4 = Ext4Config::from_settings(&over);
+                c.ext4.extend(&Ext4Config::from_settings(&over));
                 c
             })
             .collect()
@@ -65,7 +65,7 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
                 let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
                 if Trace::is_trace(&text) {
                     let mut c = Case::from_trace(&name, Trace::parse(&text)?);
-                    c.ext4 = Ext4Config::from_settings(&over);
+                    c.ext4.extend(&Ext4Config::from_settings(&over));
                     return Ok(c);
                 }
                 // A workload's own [ext4] table and image, under --set.

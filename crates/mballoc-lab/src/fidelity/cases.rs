@@ -479,5 +479,42 @@ pub fn builtin(quick: bool) -> Vec<Case> {
         fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize),
     ];
     v.push(small_files("small-files-64k", 65536, 4 * GIB, 16, 9));
+    // ext4's other configurations the profile follows, each on a case
+    // whose requests it moves: no flex_bg, small groups, linear scans, a
+    // short scan limit.
+    let configured = |mut c: Case, name: &str, about: &str, ext4: super::config::Ext4Config| {
+        c.name = name.into();
+        c.about = about.into();
+        c.ext4 = ext4;
+        c
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    v.push(configured(
+        fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize),
+        "no-flex-bg",
+        "fragmented-free on a volume made with -O ^flex_bg: no flex groups, every group's metadata its own",
+        super::config::Ext4Config { mkfs: args(&["-O", "^flex_bg"]), ..Default::default() },
+    ));
+    v.push(configured(
+        interleaved(q(160, 32)),
+        "small-groups",
+        "interleaved on 16,384-block groups (mkfs -g 16384)",
+        super::config::Ext4Config { mkfs: args(&["-g", "16384"]), ..Default::default() },
+    ));
+    v.push(configured(
+        fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize),
+        "linear-scan",
+        "fragmented-free mounted mb_optimize_scan=0: the passes scan groups linearly (2 of 76 files agree if the engine keeps its indexes)",
+        super::config::Ext4Config { mount: args(&["mb_optimize_scan=0"]), ..Default::default() },
+    ));
+    v.push(configured(
+        near_full(q(1, 1) * GIB / q(1, 2)),
+        "short-scans",
+        "near-full with mb_max_to_scan=2 and mb_min_to_scan=1: scans stop at the second extent (113 of 129 files agree if the engine scans on)",
+        super::config::Ext4Config {
+            knobs: vec![("mb_max_to_scan".into(), "2".into()), ("mb_min_to_scan".into(), "1".into())],
+            ..Default::default()
+        },
+    ));
     v
 }

@@ -153,6 +153,17 @@ impl Ext4Config {
         Ok(())
     }
 
+    /// Add `other`'s settings after these (a later mount option or knob of
+    /// the same name wins where ext4 applies them in order).
+    pub fn extend(&mut self, other: &Ext4Config) {
+        self.mkfs.extend(other.mkfs.iter().cloned());
+        self.mount.extend(other.mount.iter().cloned());
+        for (k, v) in &other.knobs {
+            self.knobs.retain(|(o, _)| o != k);
+            self.knobs.push((k.clone(), v.clone()));
+        }
+    }
+
     /// The mount options of the kernel side.
     pub fn mount_options(&self) -> String {
         std::iter::once("commit=600".to_string()).chain(self.mount.iter().cloned()).collect::<Vec<_>>().join(",")
