@@ -99,10 +99,21 @@ impl SyscallFiles {
     }
 
     /// Make the directories above `slot`'s path (a job's `dir`, a rename's
-    /// target).
+    /// target), one level at a time below the root and never the root
+    /// itself: a root that is gone (a volume unmounted by an interrupt)
+    /// must fail the operation, not be made again on the bare mount point.
     fn parent_of(&self, slot: u32) -> Result<(), OpError> {
-        if let Some(p) = self.path(slot).parent() {
-            std::fs::create_dir_all(p)?;
+        self.make_dirs(Path::new(self.name(slot)).parent())
+    }
+
+    fn make_dirs(&self, rel: Option<&Path>) -> Result<(), OpError> {
+        let mut at = self.root.clone();
+        for part in rel.into_iter().flat_map(Path::components) {
+            at.push(part);
+            match std::fs::create_dir(&at) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -162,7 +173,7 @@ impl SyscallFiles {
                 }
             }
             OpKind::Unlink => std::fs::remove_file(self.path(op.file))?,
-            OpKind::Mkdir => std::fs::create_dir_all(self.path(op.file))?,
+            OpKind::Mkdir => self.make_dirs(Some(Path::new(self.name(op.file))))?,
             OpKind::Rename => {
                 self.parent_of(op.to)?;
                 std::fs::rename(self.path(op.file), self.path(op.to))?;
