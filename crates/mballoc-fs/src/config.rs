@@ -50,8 +50,8 @@ pub enum PunchBehaviour {
     /// on every punch.
     AsGiven,
     /// ext4's `ext4_punch_hole`: nothing past the size (an offset at or
-    /// past it returns at once, and an end past it is cut to the end of
-    /// the 4 KiB page after the size), and the preallocations are given
+    /// past it returns at once, and an end past it is cut to the 4 KiB page
+    /// boundary at or after the size), and the preallocations are given
     /// back only when whole blocks are removed.
     Ext4,
 }

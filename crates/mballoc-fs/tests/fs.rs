@@ -332,7 +332,7 @@ fn threads_sharing_the_engine_keep_every_invariant() {
 }
 
 /// The kernel profile punches as `ext4_punch_hole` does: nothing at or
-/// past the size, an end past it cut to the end of the page after it, and
+/// past the size, an end past it cut to the page boundary at or after it, and
 /// the file's preallocations given back only when whole blocks go.
 #[test]
 fn kernel_profile_punch_follows_ext4() {
@@ -366,7 +366,17 @@ fn kernel_profile_punch_follows_ext4() {
     fs.fallocate(g, 0, 64 * 4096, FallocateMode::KeepSize).unwrap();
     fs.punch_hole(g, 4096, 1 << 30).unwrap();
     let kept: u64 = fs.extents(g).unwrap().iter().map(|e| u64::from(e.len)).sum();
-    assert_eq!(kept, 64 - 2, "blocks 1 and 2 (up to the page after the size) go, the rest stay");
+    assert_eq!(kept, 64 - 2, "blocks 1 and 2 (up to the page boundary after the size) go, the rest stay");
+    // A size on a page boundary: the block after it stays (round_up of a
+    // multiple of the page is itself).
+    let h = fs.create().unwrap();
+    fs.write(h, 0, 16 * 4096).unwrap();
+    fs.fsync(h).unwrap();
+    fs.fallocate(h, 0, 64 * 4096, FallocateMode::KeepSize).unwrap();
+    fs.punch_hole(h, 8 * 4096, 1 << 30).unwrap();
+    let kept: Vec<(u64, u32)> = fs.extents(h).unwrap().iter().map(|e| (e.logical, e.len)).collect();
+    assert_eq!(kept.iter().map(|e| u64::from(e.1)).sum::<u64>(), 64 - 8, "{kept:?}");
+    assert!(kept.iter().any(|e| e.0 == 16), "block 16 stays: {kept:?}");
 
     // The engine's own profile punches the range as given.
     let own = Fs::new(gib_volume()).unwrap();

@@ -75,8 +75,8 @@ struct Sim {
     max_blocks: u64,
     no_space: u64,
     ext4_close: bool,
-    /// Punches follow `ext4_punch_hole` (nothing past the page after the
-    /// size).
+    /// Punches follow `ext4_punch_hole` (nothing past the page boundary at
+    /// or after the size).
     ext4_punch: bool,
 }
 
@@ -249,7 +249,7 @@ impl Sim {
                         return;
                     }
                     if off + len > m.size {
-                        len = m.size + 4096 - (m.size & 4095) - off;
+                        len = m.size.div_ceil(4096) * 4096 - off;
                     }
                 }
                 let (first, end) = (off.div_ceil(BS), (off + len) / BS);

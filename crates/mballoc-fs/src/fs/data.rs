@@ -183,13 +183,15 @@ impl Fs {
             let mut len = len;
             if ext4 {
                 // ext4_punch_hole: nothing at or past the size, and an end
-                // past it cut to the end of the page after it.
+                // past it cut to the page boundary at or after the size
+                // (`round_up(i_size, PAGE_SIZE)`; a size on a page boundary
+                // keeps the block after it).
                 const PAGE: u64 = 4096;
                 if offset >= ino.size {
                     return Ok(());
                 }
                 if offset + len > ino.size {
-                    len = ino.size + PAGE - (ino.size & (PAGE - 1)) - offset;
+                    len = ino.size.div_ceil(PAGE) * PAGE - offset;
                 }
             }
             let first = offset.div_ceil(self.block_size());

@@ -225,6 +225,40 @@ fn punched(size: u64, files: usize) -> Case {
     o.case("punched-reuse", "a large file punched every 512 KiB, then new files in its holes", 4 * GIB, 4096)
 }
 
+/// Punches at and past a file's end, and a punch inside one block, each
+/// followed by writes that show what the punch left: ext4's rules
+/// (`ext4_punch_hole`: nothing at or past the size, an end past it cut to
+/// the page after it, preallocations discarded only when whole blocks go).
+/// The regression case of `PunchBehaviour::Ext4`.
+fn punch_edges() -> Case {
+    let mut o = Ops::new();
+    // Blocks fallocated past the size, then punches that start at the size
+    // and reach past it: the blocks out there stay.
+    o.create("edge").fallocate_keep("edge", 0, MIB).write("edge", 0, 64 * KIB).fsync("edge");
+    o.punch("edge", 64 * KIB, 256 * KIB).punch("edge", 32 * KIB, MIB).fsync("edge");
+    // A file with a preallocation window, punched inside one block: the
+    // window stays, and the next append is served from it.
+    o.create("window").write("window", 0, 256 * KIB).fsync("window");
+    o.punch("window", 8 * KIB + 100, 1000).write("window", 256 * KIB, 64 * KIB).fsync("window");
+    // The same with a whole block punched: the window goes.
+    o.create("whole").write("whole", 0, 256 * KIB).fsync("whole");
+    o.punch("whole", 8 * KIB, 4 * KIB).write("whole", 256 * KIB, 64 * KIB).fsync("whole");
+    // New files fall into whatever the punches gave back.
+    for i in 0..8 {
+        let f = format!("after{i}");
+        o.create(&f).write(&f, 0, 96 * KIB).fsync(&f).close(&f);
+    }
+    for f in ["edge", "window", "whole"] {
+        o.close(f);
+    }
+    o.case(
+        "punch-edges",
+        "punches at and past the size and inside one block, then writes that show what stayed",
+        GIB,
+        4096,
+    )
+}
+
 /// Random 4 KiB writes into a sparse file.
 fn sparse_random(writes: usize) -> Case {
     let mut rng = ChaCha8Rng::seed_from_u64(17);
@@ -478,6 +512,7 @@ pub fn builtin(quick: bool) -> Vec<Case> {
         unwritten_writes(q(800, 120) as usize),
         fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize),
     ];
+    v.push(punch_edges());
     v.push(small_files("small-files-64k", 65536, 4 * GIB, 16, 9));
     // ext4's other configurations the profile follows, each on a case
     // whose requests it moves: no flex_bg, small groups, linear scans, a
