@@ -36,32 +36,15 @@ pub fn workload(volume: u64, write: u64) -> Workload {
         image: None,
         seconds: None,
         jobs: vec![
+            Job::new("age", 1, 1),
             Job {
-                dir: None,
-                names: None,
-                after: None,
-                name: "age".into(),
-                clones: 1,
-                files: 1,
-                setup: vec![],
-                steps: vec![],
-                repeat: 1,
-            },
-            Job {
-                dir: None,
-                names: None,
-                after: None,
-                name: "dd".into(),
-                clones: 1,
-                files: 1,
-                setup: vec![],
                 steps: vec![
                     Step::new(OpKind::Create),
                     Step::ranged(OpKind::Write, 0, 1 << 20, write >> 20),
                     Step::new(OpKind::Fsync),
                     Step::new(OpKind::Close),
                 ],
-                repeat: 1,
+                ..Job::new("dd", 1, 1)
             },
         ],
         ..Default::default()

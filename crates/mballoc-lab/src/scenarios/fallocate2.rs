@@ -31,15 +31,10 @@ pub fn workload(workers: u32, seconds: f64, volume: u64) -> Workload {
         image: None,
         seconds: Some(seconds),
         jobs: vec![Job {
-            dir: None,
-            names: None,
-            after: None,
-            name: "fallocate2".into(),
-            clones: workers,
-            files: 1,
             setup: vec![Step::new(OpKind::Create)],
             steps: vec![Step::ranged(OpKind::Fallocate, 0, 8192, 128), Step::new(OpKind::Truncate)],
             repeat: 0,
+            ..Job::new("fallocate2", workers, 1)
         }],
         ..Default::default()
     }

@@ -27,17 +27,11 @@ pub fn workload(jobs: u32, file_bytes: u64, volume: u64) -> Workload {
         image: None,
         seconds: None,
         jobs: vec![Job {
-            dir: None,
-            names: None,
-            after: None,
-            name: "job1".into(),
-            clones: jobs,
-            files: 1,
             setup: vec![Step::new(OpKind::Create)],
             // fio closes each file when its job ends, before e2freefrag
             // and filefrag run: preallocations are given back then.
             steps: vec![Step::ranged(OpKind::Fallocate, 0, 4096, file_bytes / 4096), Step::new(OpKind::Close)],
-            repeat: 1,
+            ..Job::new("job1", jobs, 1)
         }],
         ..Default::default()
     }

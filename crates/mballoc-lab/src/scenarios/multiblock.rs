@@ -35,17 +35,7 @@ pub fn workload(size_kib: u64, files: u32) -> Workload {
         interleave: Interleave::Threads,
         image: None,
         seconds: None,
-        jobs: vec![Job {
-            dir: None,
-            names: None,
-            after: None,
-            name: "file".into(),
-            clones: 1,
-            files,
-            setup: vec![],
-            steps,
-            repeat: 1,
-        }],
+        jobs: vec![Job { steps, ..Job::new("file", 1, files) }],
         ..Default::default()
     }
 }

@@ -25,32 +25,15 @@ pub fn workload(writers: u32, files: u32, volume: u64) -> Workload {
         image: None,
         seconds: None,
         jobs: vec![
+            Job::new("fill", 1, 1),
             Job {
-                dir: None,
-                names: None,
-                after: None,
-                name: "fill".into(),
-                clones: 1,
-                files: 1,
-                setup: vec![],
-                steps: vec![],
-                repeat: 1,
-            },
-            Job {
-                dir: None,
-                names: None,
-                after: None,
-                name: "fsmark".into(),
-                clones: writers,
-                files,
-                setup: vec![],
                 steps: vec![
                     Step::new(OpKind::Create),
                     Step::ranged(OpKind::Write, 0, 16 << 10, 4),
                     Step::new(OpKind::Fsync),
                     Step::new(OpKind::Close),
                 ],
-                repeat: 1,
+                ..Job::new("fsmark", writers, files)
             },
         ],
         ..Default::default()
