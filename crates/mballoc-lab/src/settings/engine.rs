@@ -65,6 +65,36 @@ pub const ENGINE_KEYS: &[EngineKey] = &[
     k("delalloc", "flag", "1 | 0", "delayed allocation of buffered writes (0: each block at write time)"),
 ];
 
+/// The names a choice setting takes, each with its value: the one table
+/// that reads a setting and prints it back.
+const OPTIMIZE_SCAN: &[(&str, OptimizeScan)] =
+    &[("0", OptimizeScan::Off), ("1", OptimizeScan::On), ("auto", OptimizeScan::Auto)];
+const BEST_AVAIL_FLOOR: &[(&str, BestAvailFloor)] =
+    &[("request", BestAvailFloor::Request), ("minimum", BestAvailFloor::Minimum)];
+const LINEAR_BEST_AVAIL: &[(&str, LinearBestAvail)] =
+    &[("skip", LinearBestAvail::Skip), ("repeat", LinearBestAvail::Repeat)];
+const STREAM_PLACEMENT: &[(&str, StreamPlacement)] =
+    &[("per-file", StreamPlacement::PerFile), ("kernel", StreamPlacement::Kernel)];
+const CONCURRENCY: &[(&str, Concurrency)] = &[("scalable", Concurrency::Scalable), ("legacy", Concurrency::Legacy)];
+const SYNC_ORDER: &[(&str, SyncOrder)] = &[("by-inode", SyncOrder::ByInode), ("dirtied", SyncOrder::Dirtied)];
+const CLOSE: &[(&str, CloseBehaviour)] =
+    &[("discard", CloseBehaviour::DiscardAtLastClose), ("ext4", CloseBehaviour::Ext4)];
+const PUNCH: &[(&str, PunchBehaviour)] = &[("as-given", PunchBehaviour::AsGiven), ("ext4", PunchBehaviour::Ext4)];
+const EXTENT_TREE: &[(&str, ExtentTreeBlocks)] =
+    &[("outside", ExtentTreeBlocks::Outside), ("in-volume", ExtentTreeBlocks::InVolume)];
+
+/// The name of `v` in `table`.
+fn name_of<T: PartialEq>(table: &[(&'static str, T)], v: &T) -> String {
+    table.iter().find(|(_, x)| x == v).map(|(n, _)| (*n).to_string()).expect("every value has a name")
+}
+
+/// The value `value` names in `table`, or why it names none.
+fn named<T: Copy>(table: &[(&str, T)], value: &str) -> Result<T, String> {
+    table.iter().find(|(n, _)| *n == value).map(|(_, v)| *v).ok_or_else(|| {
+        format!("{value:?} is not one of {}", table.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))
+    })
+}
+
 /// The value `key` has in `cfg`, written as the setting would take it.
 /// `delalloc` is not part of the configuration: it is the lab's, 1 unless set.
 pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
@@ -88,40 +118,19 @@ pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
         "mb_group_prealloc" => t.mb_group_prealloc.to_string(),
         "mb_max_linear_groups" => t.mb_max_linear_groups.to_string(),
         "mb_best_avail_max_trim_order" => t.mb_best_avail_max_trim_order.to_string(),
-        "mb_optimize_scan" => match t.mb_optimize_scan {
-            OptimizeScan::Off => "0",
-            OptimizeScan::On => "1",
-            OptimizeScan::Auto => "auto",
-        }
-        .into(),
+        "mb_optimize_scan" => name_of(OPTIMIZE_SCAN, &t.mb_optimize_scan),
         "mb_c1_threshold" => t.mb_c1_threshold.to_string(),
         "mb_c2_threshold" => t.mb_c2_threshold.to_string(),
         "mb_c3_threshold" => t.mb_c3_threshold.to_string(),
-        "mb_best_avail_floor" => match t.mb_best_avail_floor {
-            BestAvailFloor::Request => "request",
-            BestAvailFloor::Minimum => "minimum",
-        }
-        .into(),
-        "linear_best_avail" => match t.linear_best_avail {
-            LinearBestAvail::Skip => "skip",
-            LinearBestAvail::Repeat => "repeat",
-        }
-        .into(),
+        "mb_best_avail_floor" => name_of(BEST_AVAIL_FLOOR, &t.mb_best_avail_floor),
+        "linear_best_avail" => name_of(LINEAR_BEST_AVAIL, &t.linear_best_avail),
         "prealloc_table" => {
             table().map_or("kernel".into(), |t| t.sizes().iter().map(ToString::to_string).collect::<Vec<_>>().join(" "))
         }
         "mb_small_req" => table_reqs(&cfg.normalization).0.to_string(),
         "mb_large_req" => table_reqs(&cfg.normalization).1.to_string(),
-        "stream_placement" => match cfg.stream_placement {
-            StreamPlacement::PerFile => "per-file",
-            StreamPlacement::Kernel => "kernel",
-        }
-        .into(),
-        "concurrency" => match cfg.concurrency {
-            Concurrency::Scalable => "scalable",
-            Concurrency::Legacy => "legacy",
-        }
-        .into(),
+        "stream_placement" => name_of(STREAM_PLACEMENT, &cfg.stream_placement),
+        "concurrency" => name_of(CONCURRENCY, &cfg.concurrency),
         "stream_goals" => cfg.stream_goals.map_or("auto".into(), |n| n.to_string()),
         "locality_groups" => cfg.locality_groups.to_string(),
         "inodes_per_group" => cfg.inodes_per_group.to_string(),
@@ -141,26 +150,10 @@ pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
             InodeNumbers::LowestFree { .. } => "lowest-free",
         }
         .into(),
-        "sync_order" => match cfg.sync_order {
-            SyncOrder::ByInode => "by-inode",
-            SyncOrder::Dirtied => "dirtied",
-        }
-        .into(),
-        "close" => match cfg.close {
-            CloseBehaviour::DiscardAtLastClose => "discard",
-            CloseBehaviour::Ext4 => "ext4",
-        }
-        .into(),
-        "punch" => match cfg.punch {
-            PunchBehaviour::AsGiven => "as-given",
-            PunchBehaviour::Ext4 => "ext4",
-        }
-        .into(),
-        "extent_tree" => match cfg.extent_tree {
-            ExtentTreeBlocks::Outside => "outside",
-            ExtentTreeBlocks::InVolume => "in-volume",
-        }
-        .into(),
+        "sync_order" => name_of(SYNC_ORDER, &cfg.sync_order),
+        "close" => name_of(CLOSE, &cfg.close),
+        "punch" => name_of(PUNCH, &cfg.punch),
+        "extent_tree" => name_of(EXTENT_TREE, &cfg.extent_tree),
         "delalloc" => "1".into(),
         _ => return None,
     })
@@ -231,9 +224,7 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
         "mb_group_prealloc" => t.mb_group_prealloc = num()?,
         "mb_max_linear_groups" => t.mb_max_linear_groups = num()?,
         "mb_best_avail_max_trim_order" => t.mb_best_avail_max_trim_order = num()?,
-        "mb_optimize_scan" => {
-            t.mb_optimize_scan = [OptimizeScan::Off, OptimizeScan::On, OptimizeScan::Auto][pick(&["0", "1", "auto"])?]
-        }
+        "mb_optimize_scan" => t.mb_optimize_scan = named(OPTIMIZE_SCAN, value)?,
         "mb_c1_threshold" | "mb_c2_threshold" | "mb_c3_threshold" => {
             let v = num()?;
             if v > 100 {
@@ -245,12 +236,8 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
                 _ => t.mb_c3_threshold = v,
             }
         }
-        "mb_best_avail_floor" => {
-            t.mb_best_avail_floor = [BestAvailFloor::Request, BestAvailFloor::Minimum][pick(&["request", "minimum"])?]
-        }
-        "linear_best_avail" => {
-            t.linear_best_avail = [LinearBestAvail::Skip, LinearBestAvail::Repeat][pick(&["skip", "repeat"])?]
-        }
+        "mb_best_avail_floor" => t.mb_best_avail_floor = named(BEST_AVAIL_FLOOR, value)?,
+        "linear_best_avail" => t.linear_best_avail = named(LINEAR_BEST_AVAIL, value)?,
         "prealloc_table" => {
             cfg.normalization = if value == "kernel" {
                 Normalization::KernelWindows
@@ -282,10 +269,8 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
             cfg.normalization =
                 Normalization::Table(PreallocTable::new(sizes, small, large).map_err(|e| e.to_string())?);
         }
-        "stream_placement" => {
-            cfg.stream_placement = [StreamPlacement::PerFile, StreamPlacement::Kernel][pick(&["per-file", "kernel"])?]
-        }
-        "concurrency" => cfg.concurrency = [Concurrency::Scalable, Concurrency::Legacy][pick(&["scalable", "legacy"])?],
+        "stream_placement" => cfg.stream_placement = named(STREAM_PLACEMENT, value)?,
+        "concurrency" => cfg.concurrency = named(CONCURRENCY, value)?,
         "stream_goals" => cfg.stream_goals = if value == "auto" { None } else { Some(positive()?) },
         "locality_groups" => cfg.locality_groups = positive()? as usize,
         "inodes_per_group" => cfg.inodes_per_group = positive()?,
@@ -301,12 +286,10 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
                 _ => InodeNumbers::LowestFree { first: first + 1 },
             }
         }
-        "sync_order" => cfg.sync_order = [SyncOrder::ByInode, SyncOrder::Dirtied][pick(&["by-inode", "dirtied"])?],
-        "close" => cfg.close = [CloseBehaviour::DiscardAtLastClose, CloseBehaviour::Ext4][pick(&["discard", "ext4"])?],
-        "punch" => cfg.punch = [PunchBehaviour::AsGiven, PunchBehaviour::Ext4][pick(&["as-given", "ext4"])?],
-        "extent_tree" => {
-            cfg.extent_tree = [ExtentTreeBlocks::Outside, ExtentTreeBlocks::InVolume][pick(&["outside", "in-volume"])?]
-        }
+        "sync_order" => cfg.sync_order = named(SYNC_ORDER, value)?,
+        "close" => cfg.close = named(CLOSE, value)?,
+        "punch" => cfg.punch = named(PUNCH, value)?,
+        "extent_tree" => cfg.extent_tree = named(EXTENT_TREE, value)?,
         "delalloc" => {
             flag()?;
         }
