@@ -74,7 +74,7 @@ pub fn run(env: &Env, p: &Prepared) -> ScenarioReport {
         t.sync();
         let mut row = Row::new(backend, v.label());
         row.set("ops_per_s", r.ops_per_s().round()).set("files_per_s", r.creates_per_s().round());
-        scenarios::bandwidth(&mut row, t, "mib_per_s", r.mib_per_s());
+        scenarios::bandwidth(&mut row, t.moves_data(), "mib_per_s", r.mib_per_s());
         scenarios::layout_metrics(&mut row, t, w.block_size, |_| true);
         scenarios::free_metrics(&mut row, t, backend);
         rep.rows.push(row);

@@ -135,16 +135,7 @@ impl FileOps for mballoc_vol::Volume {
         Ok(self.open_file(f)?)
     }
     fn read(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError> {
-        let mut buf = vec![0u8; len.min(1 << 20) as usize];
-        let mut at = 0;
-        while at < len {
-            let n = (len - at).min(buf.len() as u64) as usize;
-            let got = mballoc_vol::Volume::read(self, f, offset + at, &mut buf[..n])?;
-            if got == 0 {
-                break;
-            }
-            at += got as u64;
-        }
+        super::read_range(offset, len, |buf, at| mballoc_vol::Volume::read(self, f, at, buf))?;
         Ok(())
     }
     fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<(), OpError> {

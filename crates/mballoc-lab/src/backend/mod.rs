@@ -128,6 +128,35 @@ pub trait Target: Sync {
     }
 }
 
+thread_local! {
+    /// Where reads land: one buffer per thread, grown once.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Read `len` bytes from `offset` through `read_at` (a `pread`: bytes read
+/// into the buffer at an offset, 0 at the end of the file), in pieces of
+/// at most 1 MiB into this thread's buffer, until `len` or the end. Every
+/// backend's `read` operation, and fidelity's.
+pub(crate) fn read_range<E>(
+    offset: u64,
+    len: u64,
+    mut read_at: impl FnMut(&mut [u8], u64) -> Result<usize, E>,
+) -> Result<(), E> {
+    READ_BUF.with(|b| {
+        let mut buf = b.borrow_mut();
+        buf.resize(1 << 20, 0);
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(buf.len() as u64) as usize;
+            match read_at(&mut buf[..n], offset + at)? {
+                0 => break,
+                got => at += got as u64,
+            }
+        }
+        Ok(())
+    })
+}
+
 /// How the engine treats buffered writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteMode {

@@ -12,11 +12,6 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-thread_local! {
-    /// Where reads land: one buffer per thread, grown once.
-    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// A workload's files under `root`, by slot.
 pub(crate) struct SyscallFiles {
     files: Vec<RwLock<Option<Arc<File>>>>,
@@ -150,20 +145,7 @@ impl SyscallFiles {
             }
             OpKind::Read => {
                 let f = self.file(op.file)?;
-                READ_BUF.with(|b| -> Result<(), OpError> {
-                    let mut buf = b.borrow_mut();
-                    buf.resize(1 << 20, 0);
-                    let mut at = 0;
-                    while at < op.len {
-                        let n = (op.len - at).min(buf.len() as u64) as usize;
-                        let got = f.read_at(&mut buf[..n], op.offset + at)?;
-                        if got == 0 {
-                            break;
-                        }
-                        at += got as u64;
-                    }
-                    Ok(())
-                })?;
+                super::read_range(op.offset, op.len, |buf, at| f.read_at(buf, at))?;
             }
             OpKind::Truncate => self.file(op.file)?.set_len(op.offset)?,
             OpKind::Fsync => self.file(op.file)?.sync_all()?,

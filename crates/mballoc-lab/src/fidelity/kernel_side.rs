@@ -197,15 +197,7 @@ impl Kernel<'_> {
             }
             OpKind::Read => {
                 let f = self.file(op.file)?;
-                let mut buf = vec![0u8; op.len.min(1 << 20) as usize];
-                let mut at = 0;
-                while at < op.len {
-                    let n = (op.len - at).min(buf.len() as u64) as usize;
-                    match f.read_at(&mut buf[..n], op.offset + at).map_err(io)? {
-                        0 => break,
-                        got => at += got as u64,
-                    }
-                }
+                crate::backend::read_range(op.offset, op.len, |buf, at| f.read_at(buf, at)).map_err(io)?;
             }
             OpKind::Mkdir => std::fs::create_dir_all(&path).map_err(io)?,
             OpKind::Rename | OpKind::Link | OpKind::Wait | OpKind::Signal => {

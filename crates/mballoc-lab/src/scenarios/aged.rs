@@ -135,15 +135,8 @@ fn pair(env: &Env, w: &Workload, v: &Variant) -> Result<Row, LabError> {
     row.backend = backend.into();
     row.variant = variant.into();
     row.set("used_pct_before", used.map_or(serde_json::Value::from("n/a"), |u| ((u * 10.0).round() / 10.0).into()));
-    let (fresh_key, aged_key) = if a.moves_data {
-        ("fresh_mib_per_s", "aged_mib_per_s")
-    } else {
-        row.no_data = true;
-        row.set("fresh_mib_per_s", serde_json::Value::Null).set("aged_mib_per_s", serde_json::Value::Null);
-        ("placed_fresh_mib_per_s", "placed_aged_mib_per_s")
-    };
-    row.set(fresh_key, (f.mib_per_s * 10.0).round() / 10.0);
-    row.set(aged_key, (a.mib_per_s * 10.0).round() / 10.0);
+    super::bandwidth(&mut row, a.moves_data, "fresh_mib_per_s", f.mib_per_s);
+    super::bandwidth(&mut row, a.moves_data, "aged_mib_per_s", a.mib_per_s);
     row.set("aged_vs_fresh", (a.mib_per_s / f.mib_per_s * 1000.0).round() / 1000.0);
     row.set("runs", RUNS as u64);
     Ok(row)

@@ -29,13 +29,14 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Set bandwidth metric `key` of `row` to `mib_per_s` when `t` moves
-/// data; otherwise mark the row as moving none and keep the figure as
-/// `placed_KEY` (allocation speed), leaving the bandwidth cell empty, so
-/// in-process placement never sits in a column with device I/O.
-pub fn bandwidth(row: &mut Row, t: &dyn Target, key: &str, mib_per_s: f64) {
+/// Set bandwidth metric `key` of `row` to `mib_per_s` when the target
+/// moves data ([`Target::moves_data`]); otherwise mark the row as moving
+/// none and keep the figure as `placed_KEY` (allocation speed), leaving
+/// the bandwidth cell empty, so in-process placement never sits in a
+/// column with device I/O.
+pub fn bandwidth(row: &mut Row, moves_data: bool, key: &str, mib_per_s: f64) {
     let v = (mib_per_s * 10.0).round() / 10.0;
-    if t.moves_data() {
+    if moves_data {
         row.set(key, v);
     } else {
         row.no_data = true;
