@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use mballoc_ext4::ChecksumPolicy;
 use mballoc_lab::backend::BackendKind;
-use mballoc_lab::report::Report;
 use mballoc_lab::scenarios::{self, Env, StartImage};
 use mballoc_lab::settings::Settings;
 use mballoc_lab::trace::Trace;
@@ -493,7 +492,7 @@ fn run() -> Result<()> {
                 println!("mballoc lab (seed {}{})\n", out.seed, if quick { ", quick" } else { "" });
             }
             let report = plan.run(&out, quick, image.as_ref(), &jobs)?;
-            finish(&report, &out)
+            plan::finish(&report, &out)
         }
         Cmd::Lab { cmd: LabCmd::Workload { file, out } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
@@ -503,7 +502,7 @@ fn run() -> Result<()> {
             let name = prepared.w.name.clone();
             let jobs: Vec<Job> = vec![(name, Box::new(move |env: &Env| user_workload::run(env, &prepared)))];
             let report = plan.run(&out, false, None, &jobs)?;
-            finish(&report, &out)
+            plan::finish(&report, &out)
         }
         Cmd::Lab { cmd: LabCmd::Trace { file, max_ops } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
@@ -581,27 +580,4 @@ fn run() -> Result<()> {
             Ok(())
         }
     }
-}
-
-/// Write the HTML page and, with `--json`, the JSON document; with
-/// `--csv`, the CSV file. A scenario that failed on every backend it
-/// tried makes the exit status nonzero, after everything is written.
-fn finish(report: &Report, out: &Output) -> Result<()> {
-    std::fs::create_dir_all(&out.out).with_context(|| out.out.display().to_string())?;
-    let page = out.out.join("index.html");
-    std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
-    if let Some(csv) = &out.csv {
-        std::fs::write(csv, report.csv()).with_context(|| csv.display().to_string())?;
-    }
-    if out.json {
-        println!("{}", report.json());
-    } else {
-        println!("report: {}", page.display());
-    }
-    let failed: Vec<&str> =
-        report.scenarios.iter().filter(|s| s.rows.is_empty() && s.failures > 0).map(|s| s.name.as_str()).collect();
-    if !failed.is_empty() {
-        bail!("{} failed on every backend it ran on (the notes say why)", failed.join(", "));
-    }
-    Ok(())
 }

@@ -1,10 +1,10 @@
 //! A lab run as the command line drives it: the run's settings over every
 //! row, each combination of the swept settings, each repeated, the repeats
 //! merged into medians with their samples, and a signal on the way
-//! cleaning up everything the lab made.
+//! cleaning up everything the lab made; and where its report is written.
 
 use crate::Output;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use mballoc_lab::backend::BackendKind;
 use mballoc_lab::report::{Header, Plot, Report, ScenarioReport};
 use mballoc_lab::scenarios::{Env, StartImage};
@@ -285,4 +285,27 @@ pub fn backends(names: &[String]) -> Result<Vec<BackendKind>> {
                 .with_context(|| format!("unknown backend {n:?}; choose from engine, ext4, xfs, btrfs, mount"))
         })
         .collect()
+}
+
+/// Write the HTML page and, with `--json`, the JSON document; with
+/// `--csv`, the CSV file. A scenario that failed on every backend it
+/// tried makes the exit status nonzero, after everything is written.
+pub fn finish(report: &Report, out: &Output) -> Result<()> {
+    std::fs::create_dir_all(&out.out).with_context(|| out.out.display().to_string())?;
+    let page = out.out.join("index.html");
+    std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
+    if let Some(csv) = &out.csv {
+        std::fs::write(csv, report.csv()).with_context(|| csv.display().to_string())?;
+    }
+    if out.json {
+        println!("{}", report.json());
+    } else {
+        println!("report: {}", page.display());
+    }
+    let failed: Vec<&str> =
+        report.scenarios.iter().filter(|s| s.rows.is_empty() && s.failures > 0).map(|s| s.name.as_str()).collect();
+    if !failed.is_empty() {
+        bail!("{} failed on every backend it ran on (the notes say why)", failed.join(", "));
+    }
+    Ok(())
 }

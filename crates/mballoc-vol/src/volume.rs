@@ -202,19 +202,6 @@ fn now_seed() -> u32 {
     (ns ^ (ns >> 32)) as u32 | 1
 }
 
-fn uuid() -> [u8; 16] {
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = [0u8; 16];
-    for (i, half) in out.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-        h.write_u32(std::process::id());
-        h.write_usize(i);
-        half.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    out
-}
-
 /// Extents as the engine holds them: no longer than an extent may be.
 fn engine_extents(f: &crate::state::FileState) -> Vec<MappedExtent> {
     let mut out = Vec::new();
@@ -235,7 +222,7 @@ fn engine_extents(f: &crate::state::FileState) -> Vec<MappedExtent> {
 impl Volume {
     /// Write an empty volume onto `dev`, using all of it.
     pub fn format(dev: Arc<dyn Device>, opts: &FormatOptions) -> Result<Superblock> {
-        let sb = Superblock::layout(dev.len(), opts, uuid())?;
+        let sb = Superblock::layout(dev.len(), opts, crate::format::new_uuid())?;
         let bs = u64::from(sb.block_size);
         // No old inode or journal block may survive under the new seed.
         let zero = vec![0u8; (256 * bs) as usize];
