@@ -22,6 +22,7 @@ mod inspect;
 mod lab_settings;
 mod mount;
 mod plan;
+mod record_cmd;
 mod shell;
 mod user_workload;
 mod volume_cmd;
@@ -292,23 +293,13 @@ enum LabCmd {
         #[arg(long = "set", value_name = "ext4.KEY=VALUE")]
         set: Vec<String>,
     },
-    /// Replay a kernel allocation trace (tracefs text; see the lab's
-    /// kernel_trace docs) against the image it started from.
-    Replay {
-        /// The trace, as `cat /sys/kernel/tracing/trace` printed it.
-        trace: PathBuf,
-        /// The ext4 image as it was when the trace began (raw, or `e2image -Q`'s .qcow2).
-        image: PathBuf,
-        /// The traced device as MAJOR,MINOR (default: the first one seen).
-        #[arg(long)]
-        dev: Option<String>,
-        /// mb_optimize_scan for the engine: 0 or 1 (default: the kernel's rule).
-        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
-        optimize_scan: Option<u8>,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Replay a kernel allocation trace (a recording, or tracefs text
+    /// with its image) on the engine's allocator, request by request.
+    Replay(record_cmd::ReplayArgs),
+    /// Run a program on a fresh ext4 volume with the allocation
+    /// tracepoints on, and keep the image, the trace and its system calls
+    /// for `lab replay` (needs root).
+    Record(record_cmd::RecordArgs),
     /// Print a built-in scenario's workload as TOML (or, for the scenarios
     /// that run their own loop, what they run).
     Show {
@@ -517,26 +508,8 @@ fn run() -> Result<()> {
             let how = fidelity_cmd::How { quick, detail, json, keep: keep.as_deref(), require, set: &set };
             fidelity_cmd::run(&workloads, &cases, &out, &how)
         }
-        Cmd::Lab { cmd: LabCmd::Replay { trace, image, dev, optimize_scan, json } } => {
-            let text = std::fs::read_to_string(&trace).with_context(|| trace.display().to_string())?;
-            let dev = dev
-                .map(|d| -> Result<(u32, u32)> {
-                    let (a, b) = d.split_once(',').context("--dev takes MAJOR,MINOR")?;
-                    Ok((a.trim().parse()?, b.trim().parse()?))
-                })
-                .transpose()?;
-            let r = mballoc_lab::fidelity::replay::replay_file(&text, dev, &image, |t| {
-                if let Some(o) = optimize_scan {
-                    t.mb_optimize_scan = if o == 0 { mballoc::OptimizeScan::Off } else { mballoc::OptimizeScan::On };
-                }
-            })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                print!("{}", r.text());
-            }
-            Ok(())
-        }
+        Cmd::Lab { cmd: LabCmd::Replay(a) } => record_cmd::run_replay(&a),
+        Cmd::Lab { cmd: LabCmd::Record(a) } => record_cmd::run_record(&a),
         Cmd::Lab { cmd: LabCmd::Show { scenario } } => {
             let w = match scenario.as_str() {
                 "fallocate2" => scenarios::fallocate2::workload(64, 2.0, 8 << 30),

@@ -383,3 +383,42 @@ fn fidelity_refuses_what_the_profile_cannot_follow_before_running() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `lab record` then `lab replay --require 100` on what it recorded: a
+/// program's writes on a fresh 1 KiB-block volume (root; skipped
+/// otherwise).
+#[test]
+fn a_recorded_program_replays_on_the_engine() {
+    if !mballoc_testkit::can_loop_mount() || !std::path::Path::new("/sys/kernel/tracing").exists() {
+        eprintln!("skipped: needs root, loop devices and tracefs");
+        return;
+    }
+    let dir = mballoc_testkit::Scratch::new("record");
+    let out = dir.path().join("rec");
+    let o = mballoc(&[
+        "lab",
+        "record",
+        "--out",
+        out.to_str().unwrap(),
+        "--size",
+        "128M",
+        "--block-size",
+        "1024",
+        "--",
+        "sh",
+        "-c",
+        "for i in 1 2 3 4 5 6 7 8; do head -c $((i * 40000)) /dev/zero > f$i; done; sync; rm f3 f5; \
+         for i in 1 2 3 4; do head -c 300000 /dev/zero > g$i; done",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("recorded"), "{}", text(&o));
+    for f in ["image.qcow2", "trace", "record.toml", "output"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let o = mballoc(&["lab", "replay", out.to_str().unwrap(), "--require", "100"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("first divergence: none"), "{}", text(&o));
+    // Nothing to run, and a refused setting, are errors before anything runs.
+    let o = mballoc(&["lab", "record", "--set", "engine.mb_max_to_scan=5", "--", "true"]);
+    assert!(!o.status.success() && text(&o).contains("only ext4"), "{}", text(&o));
+}

@@ -37,6 +37,16 @@ pub fn flex_groups<S: BlockSource>(vol: &Volume<S>) -> u32 {
     }
 }
 
+/// The groups whose descriptors say `BLOCK_UNINIT` and whose flag ext4
+/// honours (with group-descriptor checksums), for
+/// [`Allocator::unload_buddies`].
+pub fn block_uninit_groups<S: BlockSource>(vol: &Volume<S>) -> Vec<u32> {
+    if !vol.superblock().group_csum() {
+        return Vec::new();
+    }
+    (0..).zip(vol.groups()).filter(|(_, d)| d.block_uninit()).map(|(g, _)| g).collect()
+}
+
 /// An allocator holding the image's free space, one group per ext4 group,
 /// with the image's flex groups. Its `mb_groups_report` is the kernel's
 /// `mb_groups` for the image.

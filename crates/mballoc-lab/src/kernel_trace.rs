@@ -12,7 +12,8 @@
 //! for e in ext4_request_blocks ext4_allocate_blocks ext4_mballoc_alloc \
 //!          ext4_mballoc_prealloc ext4_free_blocks ext4_mb_new_inode_pa \
 //!          ext4_mb_new_group_pa ext4_mb_release_inode_pa \
-//!          ext4_mb_release_group_pa ext4_discard_preallocations; do
+//!          ext4_mb_release_group_pa ext4_discard_preallocations \
+//!          ext4_mb_buddy_bitmap_load; do
 //!     echo 1 > events/ext4/$e/enable; done
 //! echo 1 > events/jbd2/jbd2_end_commit/enable
 //! echo 1 > tracing_on; ...run the workload...; echo 0 > tracing_on
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 /// The tracepoints a recording enables (`events/ext4/...`, and jbd2's
 /// commit, which releases deferred frees).
-pub const EVENTS: [&str; 11] = [
+pub const EVENTS: [&str; 12] = [
     "ext4/ext4_request_blocks",
     "ext4/ext4_allocate_blocks",
     "ext4/ext4_mballoc_alloc",
@@ -38,6 +39,7 @@ pub const EVENTS: [&str; 11] = [
     "ext4/ext4_mb_release_inode_pa",
     "ext4/ext4_mb_release_group_pa",
     "ext4/ext4_discard_preallocations",
+    "ext4/ext4_mb_buddy_bitmap_load",
     "jbd2/jbd2_end_commit",
 ];
 
@@ -105,6 +107,8 @@ pub struct GroupExtent {
 pub enum Event {
     /// `ext4_request_blocks`: what the file layer asked mballoc for.
     Request {
+        /// The task that asked (its pid).
+        task: u32,
         /// Inode.
         ino: u64,
         /// Flags the caller set.
@@ -202,6 +206,14 @@ pub enum Event {
         /// Inode.
         ino: u64,
     },
+    /// `ext4_mb_buddy_bitmap_load`: ext4 built a group's buddy (after
+    /// mount, on first use; see `mballoc::Allocator::unload_buddies`).
+    BuddyLoad {
+        /// The task that built it (its pid).
+        task: u32,
+        /// Group.
+        group: u32,
+    },
     /// `jbd2_end_commit`: a journal commit; frees before it are reusable.
     Commit {
         /// Transaction id.
@@ -221,7 +233,7 @@ impl Event {
             | Event::NewPa { ino, .. }
             | Event::Discard { ino, .. } => Some(*ino),
             Event::ReleasePa { ino, .. } => (*ino != 0).then_some(*ino),
-            Event::Commit { .. } => None,
+            Event::Commit { .. } | Event::BuddyLoad { .. } => None,
         }
     }
 }
@@ -270,6 +282,7 @@ impl KernelTrace {
             let num = |k: &str| f.num(k).ok_or_else(|| bad(k));
             let ev = match name {
                 "ext4_request_blocks" => Event::Request {
+                    task: task_of(line),
                     ino: num("ino")?,
                     flags: Flags::parse(f.word("flags").unwrap_or("")),
                     len: num("len")? as u32,
@@ -320,6 +333,7 @@ impl KernelTrace {
                 "ext4_mb_release_group_pa" => Event::ReleasePa { ino: 0, block: num("pstart")?, count: num("len")? },
                 "ext4_discard_preallocations" => Event::Discard { ino: num("ino")? },
                 "jbd2_end_commit" => Event::Commit { tid: num("transaction")? },
+                "ext4_mb_buddy_bitmap_load" => Event::BuddyLoad { task: task_of(line), group: num("group")? as u32 },
                 _ => continue,
             };
             out.events.push(ev);
@@ -409,6 +423,14 @@ fn event_of(line: &str) -> Option<(&str, &str)> {
     }
 }
 
+/// The pid of `"    task-123 [000] ..."` (0 if the line has none).
+fn task_of(line: &str) -> u32 {
+    line.split_once(" [")
+        .and_then(|(t, _)| t.trim().rsplit_once('-'))
+        .and_then(|(_, pid)| pid.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `key value key value ...` fields of an event body.
 struct Fields<'a> {
     words: Vec<&'a str>,
@@ -454,7 +476,14 @@ pub struct Recorder {
     root: PathBuf,
     dev: (u32, u32),
     _guard: crate::cleanup::Guard,
+    /// tracefs has one ring buffer and one filter per event: a second
+    /// recording would empty the first's buffer and filter out its
+    /// device. Held until the recording ends, across processes.
+    _exclusive: std::fs::File,
 }
+
+/// The lock file that makes recordings take turns.
+const RECORDING_LOCK: &str = "/tmp/mballoc-lab-tracefs.lock";
 
 fn write(p: &Path, v: &str) -> Result<(), LabError> {
     std::fs::write(p, v).map_err(|e| LabError::io(format!("writing {v:?} to {}", p.display()), e))
@@ -474,6 +503,13 @@ impl Recorder {
         if !root.join("events/ext4/ext4_request_blocks").exists() {
             return Err(LabError::Unavailable(format!("no ext4 tracepoints under {TRACEFS}")));
         }
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(RECORDING_LOCK)
+            .map_err(|e| LabError::io(RECORDING_LOCK, e))?;
+        lock.lock().map_err(|e| LabError::io(format!("waiting for {RECORDING_LOCK}"), e))?;
         // Enabled under the cleanup registry's lock, so an interrupt turns
         // off everything this enables.
         let (guard, enabled) = crate::cleanup::register_while(
@@ -492,7 +528,7 @@ impl Recorder {
                 write(&root.join("tracing_on"), "1")
             },
         );
-        let r = Recorder { root, dev, _guard: guard };
+        let r = Recorder { root, dev, _guard: guard, _exclusive: lock };
         enabled?;
         Ok(r)
     }
@@ -547,13 +583,16 @@ mod tests {
             kw-5 [001] ..... 1.5: ext4_request_blocks: dev 254,0 ino 99 flags HINT_DATA len 1 lblk 0 goal 3 lleft 0 lright 0 pleft 0 pright 0
               rm-3 [000] ..... 1.6: ext4_free_blocks: dev 7,0 ino 13 mode 0100644 block 33280 count 3 flags VALIDATED|1ST_CLUSTER
               dd-4 [000] ..... 1.7: ext4_mballoc_prealloc: dev 7,0 inode 13 orig 1/0/1@0 result 1/515/1@0
+   ext4lazyinit-77 [001] ..... 1.8: ext4_mb_buddy_bitmap_load: dev 7,0 group 5
 ";
 
     #[test]
     fn events_of_one_device_parse() {
         let t = KernelTrace::parse(SAMPLE, None).unwrap();
         assert_eq!(t.lost, 2);
-        assert_eq!(t.events.len(), 7, "{:?}", t.events);
+        assert_eq!(t.events.len(), 8, "{:?}", t.events);
+        assert!(matches!(t.events[0], Event::Request { task: 1, .. }));
+        assert_eq!(t.events[7], Event::BuddyLoad { task: 77, group: 5 });
         assert!(matches!(t.events[1], Event::NewPa { inode: false, pstart: 33280, len: 512, .. }));
         assert!(matches!(t.events[4], Event::Commit { tid: 2 }));
         assert!(matches!(t.events[5], Event::Free { count: 3, metadata: false, .. }));

@@ -44,6 +44,9 @@ pub struct Allocator {
     /// `None`: ext4's decisions, taken without asking (the common case
     /// pays no call).
     pub(crate) policy: Option<std::sync::Arc<dyn crate::policy::Policy>>,
+    /// Which buddies ext4 would have built since mount; unset: all of them
+    /// (`crate::buddy_load`).
+    pub(crate) loads: std::sync::OnceLock<crate::buddy_load::BuddyLoads>,
 }
 
 /// A group's lock held: its buddy, `None` while the group is untouched.
@@ -209,6 +212,9 @@ impl Allocator {
             sh.buddies_generated.fetch_add(1, Ordering::Relaxed);
             sh.buddies_time_used.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
+        if let Some(l) = self.loads.get() {
+            l.load(g);
+        }
         guard.as_mut().expect("just materialized")
     }
 
@@ -217,6 +223,9 @@ impl Allocator {
         crate::verify::debug_assert_summary(&self.geo, g, info);
         slot.publish(info);
         self.index.update(g, old, orders(info));
+        if let Some(l) = self.loads.get() {
+            l.written(g);
+        }
     }
 
     /// Allocate one extent.

@@ -138,6 +138,7 @@ impl AllocatorBuilder {
             flex_groups: self.flex_groups,
             initial_free: AtomicU64::new(initial_free),
             policy: self.policy,
+            loads: std::sync::OnceLock::new(),
         };
         let mut newly_reserved = 0u64;
         for &(s, e) in &a.reserved {

@@ -126,6 +126,7 @@
 mod allocator;
 mod bits;
 mod buddy;
+mod buddy_load;
 mod builder;
 mod context;
 mod criteria;

@@ -140,6 +140,9 @@ impl Allocator {
                 Criterion::PowerOf2Aligned => {
                     let lo = ctx.two_order as usize;
                     self.index.walk_linear_like(IndexKind::LargestFreeOrder, lo..=top, start, n, |g| {
+                        if !self.indexed(g) {
+                            return false;
+                        }
                         // ext4 counts a group its index walk visits, and
                         // again when it tests it.
                         ctx.cr_considered[cr.index()] += 1;
@@ -150,6 +153,9 @@ impl Allocator {
                 Criterion::GoalLenFast => {
                     let lo = request_bucket(ctx.goal_len, self.geo.num_orders());
                     self.index.walk_linear_like(IndexKind::AvgFragmentSize, lo..=top, start, n, |g| {
+                        if !self.indexed(g) {
+                            return false;
+                        }
                         ctx.cr_considered[cr.index()] += 1;
                         self.scan_group(ctx, g);
                         ctx.status != Status::Continue
@@ -247,6 +253,10 @@ impl Allocator {
                 }
                 let mut g = lo;
                 while let Some(found) = set.next_in(g, hi) {
+                    if !self.indexed(found) {
+                        g = found + 1;
+                        continue;
+                    }
                     ctx.cr_considered[ctx.cr.expect("a pass").index()] += 1;
                     self.scan_group(ctx, found);
                     if ctx.status != Status::Continue {
@@ -266,6 +276,13 @@ impl Allocator {
     fn scan_group(&self, ctx: &mut Ctx, g: u32) {
         let cr = ctx.cr.expect("scan with no pass");
         ctx.cr_considered[cr.index()] += 1;
+        if !self.indexed(g) {
+            // Only a linear sweep reaches a group ext4 has not built.
+            let free = self.groups.summary(g).free;
+            if free == 0 || (cr != Criterion::AnyFree && free < ctx.goal_len) || !self.may_build(g, cr.is_cheap()) {
+                return;
+            }
+        }
         if cr == Criterion::PowerOf2Aligned
             && ctx.is_data
             && self.flex_groups >= 4

@@ -54,9 +54,13 @@ impl Fs {
                 piece_end = l + u64::from(size.cap(end - l, bpg));
             }
             let len = (piece_end - l) as u32;
+            // What ext4's caller asks for before mballoc cuts a request to
+            // one group: the allocation log records that, as the kernel's
+            // `ext4_request_blocks` does.
+            let asked = if state == ExtentState::Unwritten { size.cap(end - l, u32::MAX) } else { len };
             let mut attempts = 0;
             let (physical, got) = loop {
-                match self.allocate_one(node, ino, l, len, normalize) {
+                match self.allocate_one(node, ino, l, (len, asked), normalize) {
                     Some(x) => break x,
                     None => {
                         inc(&self.counters.local().reclaims, 1);
@@ -150,7 +154,7 @@ impl Fs {
         node: &FileNode,
         ino: &Inode,
         l: u64,
-        len: u32,
+        (len, asked): (u32, u32),
         normalize: Normalize,
     ) -> Option<(u64, u32)> {
         let got = self.allocate_inner(node, ino, l, len, normalize);
@@ -161,7 +165,7 @@ impl Fs {
         self.alloc_log.push(|| AllocEvent {
             ino: ino.id,
             logical: l,
-            len,
+            len: asked,
             goal: goal(),
             purpose: Purpose::Data,
             result: got.map(|(p, n, _)| (p, n)),

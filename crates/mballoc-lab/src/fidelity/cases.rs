@@ -68,13 +68,13 @@ impl Case {
 }
 
 /// Builds one case's operations.
-struct Ops {
+pub(super) struct Ops {
     files: Vec<String>,
     ops: Vec<Op>,
 }
 
 impl Ops {
-    fn new() -> Ops {
+    pub(super) fn new() -> Ops {
         Ops { files: Vec::new(), ops: Vec::new() }
     }
 
@@ -94,10 +94,10 @@ impl Ops {
         self
     }
 
-    fn create(&mut self, f: &str) -> &mut Ops {
+    pub(super) fn create(&mut self, f: &str) -> &mut Ops {
         self.op(OpKind::Create, f, 0, 0)
     }
-    fn write(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
+    pub(super) fn write(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::Write, f, offset, len)
     }
     fn fallocate(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
@@ -109,20 +109,20 @@ impl Ops {
     fn punch(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::Punch, f, offset, len)
     }
-    fn truncate(&mut self, f: &str, size: u64) -> &mut Ops {
+    pub(super) fn truncate(&mut self, f: &str, size: u64) -> &mut Ops {
         self.op(OpKind::Truncate, f, size, 0)
     }
-    fn fsync(&mut self, f: &str) -> &mut Ops {
+    pub(super) fn fsync(&mut self, f: &str) -> &mut Ops {
         self.op(OpKind::Fsync, f, 0, 0)
     }
-    fn close(&mut self, f: &str) -> &mut Ops {
+    pub(super) fn close(&mut self, f: &str) -> &mut Ops {
         self.op(OpKind::Close, f, 0, 0)
     }
-    fn unlink(&mut self, f: &str) -> &mut Ops {
+    pub(super) fn unlink(&mut self, f: &str) -> &mut Ops {
         self.op(OpKind::Unlink, f, 0, 0)
     }
 
-    fn case(self, name: &str, about: &str, volume: u64, block_size: u32) -> Case {
+    pub(super) fn case(self, name: &str, about: &str, volume: u64, block_size: u32) -> Case {
         Case {
             name: name.into(),
             about: about.into(),
@@ -139,13 +139,13 @@ impl Ops {
     }
 }
 
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+pub(super) const KIB: u64 = 1 << 10;
+pub(super) const MIB: u64 = 1 << 20;
+pub(super) const GIB: u64 = 1 << 30;
 
 /// Small files written and closed, some deleted, more written: the
 /// locality group and its preallocation.
-fn small_files(name: &str, block_size: u32, volume: u64, count: usize, seed: u64) -> Case {
+pub(super) fn small_files(name: &str, block_size: u32, volume: u64, count: usize, seed: u64) -> Case {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut o = Ops::new();
     let mut live = Vec::new();
@@ -182,7 +182,7 @@ fn small_files(name: &str, block_size: u32, volume: u64, count: usize, seed: u64
 
 /// Files appended in turn, 64 KiB at a time: streams, inode
 /// preallocations and the stream goals.
-fn interleaved(rounds: u64) -> Case {
+pub(super) fn interleaved(rounds: u64) -> Case {
     let mut o = Ops::new();
     let names = ["a", "b", "c", "d"];
     for f in names {
@@ -206,7 +206,7 @@ fn interleaved(rounds: u64) -> Case {
 
 /// A large file written, holes punched in it, then new files that fall
 /// into the holes.
-fn punched(size: u64, files: usize) -> Case {
+pub(super) fn punched(size: u64, files: usize) -> Case {
     let mut o = Ops::new();
     o.create("big").write("big", 0, size).fsync("big");
     let mut at = 0;
@@ -309,7 +309,7 @@ fn fallocate_fill(volume: u64, first: u64, second: u64) -> Case {
 }
 
 /// A volume written to 97 %, files deleted here and there, written again.
-fn near_full(volume: u64) -> Case {
+pub(super) fn near_full(volume: u64) -> Case {
     let mut rng = ChaCha8Rng::seed_from_u64(23);
     let mut o = Ops::new();
     let target = volume * 97 / 100;
@@ -472,7 +472,7 @@ fn unwritten_writes(writes: usize) -> Case {
 /// Free space left in 4 MiB holes, then 12 MiB files. At `fill` percent of the volume the largest writes find no run as long
 /// as they ask and are allocated in part (which the kernel profile does not
 /// follow exactly: docs/PROFILES.md).
-fn fragmented_free(volume: u64, fill: u64, big: usize) -> Case {
+pub(super) fn fragmented_free(volume: u64, fill: u64, big: usize) -> Case {
     let mut o = Ops::new();
     // 4 MiB files to delete between 24 MiB files to keep (few names: the
     // root directory stays one block).
@@ -514,42 +514,6 @@ pub fn builtin(quick: bool) -> Vec<Case> {
     ];
     v.push(punch_edges());
     v.push(small_files("small-files-64k", 65536, 4 * GIB, 16, 9));
-    // ext4's other configurations the profile follows, each on a case
-    // whose requests it moves: no flex_bg, small groups, linear scans, a
-    // short scan limit.
-    let configured = |mut c: Case, name: &str, about: &str, ext4: super::config::Ext4Config| {
-        c.name = name.into();
-        c.about = about.into();
-        c.ext4 = ext4;
-        c
-    };
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    v.push(configured(
-        fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize),
-        "no-flex-bg",
-        "fragmented-free on a volume made with -O ^flex_bg: no flex groups, every group's metadata its own",
-        super::config::Ext4Config { mkfs: args(&["-O", "^flex_bg"]), ..Default::default() },
-    ));
-    v.push(configured(
-        interleaved(q(160, 32)),
-        "small-groups",
-        "interleaved on 16,384-block groups (mkfs -g 16384)",
-        super::config::Ext4Config { mkfs: args(&["-g", "16384"]), ..Default::default() },
-    ));
-    v.push(configured(
-        fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize),
-        "linear-scan",
-        "fragmented-free mounted mb_optimize_scan=0: the passes scan groups linearly (2 of 76 files agree if the engine keeps its indexes)",
-        super::config::Ext4Config { mount: args(&["mb_optimize_scan=0"]), ..Default::default() },
-    ));
-    v.push(configured(
-        near_full(q(1, 1) * GIB / q(1, 2)),
-        "short-scans",
-        "near-full with mb_max_to_scan=2 and mb_min_to_scan=1: scans stop at the second extent (113 of 129 files agree if the engine scans on)",
-        super::config::Ext4Config {
-            knobs: vec![("mb_max_to_scan".into(), "2".into()), ("mb_min_to_scan".into(), "1".into())],
-            ..Default::default()
-        },
-    ));
+    v.extend(super::configured::cases(quick));
     v
 }

@@ -22,13 +22,15 @@
 //! engine follows each, and a setting it cannot follow is refused.
 //!
 //! [`replay`] runs a kernel allocation trace recorded anywhere against
-//! the image it started from.
+//! the image it started from; [`record`] records a real program for it.
 
 pub mod cases;
 pub mod compare;
 pub mod config;
+mod configured;
 mod engine_side;
 mod kernel_side;
+pub mod record;
 pub mod replay;
 pub mod stored;
 

@@ -16,7 +16,17 @@
 //! Free space follows the trace: results and new preallocations are taken,
 //! released preallocations given back at once, freed blocks at the next
 //! journal commit. Requests served from a preallocation are counted, not
-//! searched. The whole-file figures (layouts, free extents after the
+//! searched.
+//!
+//! Right after a mount ext4 has built no group's buddy, and its cheap
+//! passes skip groups not yet built (`mballoc::Allocator::unload_buddies`).
+//! A trace that records `ext4_mb_buddy_bitmap_load` starts the engine in
+//! that state. The engine builds what a request's search builds (the goal's
+//! group, a slow pass's groups, their page neighbours) itself; the trace
+//! says what else the kernel built (its background prefetch, the prefetch
+//! at the end of a request, frees, reads of `mb_groups`), and the engine
+//! follows it: a load by the requesting task during a request after that
+//! request's search, any other at once. The whole-file figures (layouts, free extents after the
 //! run) need the operations themselves: `mballoc lab fidelity`.
 
 use crate::error::LabError;
@@ -47,6 +57,9 @@ pub struct ReplayReport {
     pub lost_events: u64,
     /// Free extents of the image before the trace and after it.
     pub free_extents: (u64, u64),
+    /// Buddies the kernel built during requests, and of those, the ones
+    /// the engine's own search had built (the rest it took from the trace).
+    pub buddy_loads: (usize, usize),
 }
 
 impl ReplayReport {
@@ -77,6 +90,13 @@ impl ReplayReport {
             .collect();
         let _ = writeln!(o, "hits kernel/engine: {}", hits.join(", "));
         let _ = writeln!(o, "free extents before {} after {}", self.free_extents.0, self.free_extents.1);
+        if self.buddy_loads.0 > 0 {
+            let _ = writeln!(
+                o,
+                "buddies built during requests: {}, of which the engine's search built {} itself",
+                self.buddy_loads.0, self.buddy_loads.1
+            );
+        }
         if self.lost_events > 0 {
             let _ =
                 writeln!(o, "the trace's ring buffer dropped {} events: figures are a lower bound", self.lost_events);
@@ -113,10 +133,33 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
     let mut pending: Vec<(u64, u64)> = Vec::new();
     let mut context: Vec<String> = Vec::new();
     let block_of = |e: &GroupExtent| u64::from(e.group) * bpg + e.start.max(0) as u64;
+    // The task whose request is under way, and the buddies it built.
+    let mut requester: Option<u32> = None;
+    let mut built: Vec<u32> = Vec::new();
+    let follow = |built: &mut Vec<u32>| {
+        for g in built.drain(..) {
+            let _ = alloc.load_buddy(g);
+        }
+    };
     for (n, ev) in trace.events.iter().enumerate() {
         match ev {
-            Event::Request { .. } => r.requests += 1,
-            Event::Prealloc { .. } => r.from_preallocation += 1,
+            Event::Request { task, .. } => {
+                r.requests += 1;
+                follow(&mut built);
+                requester = Some(*task);
+            }
+            Event::BuddyLoad { task, group } if requester == Some(*task) => built.push(*group),
+            Event::BuddyLoad { group, .. } => {
+                let _ = alloc.load_buddy(*group);
+            }
+            Event::Allocated { .. } => {
+                follow(&mut built);
+                requester = None;
+            }
+            Event::Prealloc { .. } => {
+                r.from_preallocation += 1;
+                follow(&mut built);
+            }
             Event::Mballoc { ino, orig, goal, result, cr, flags, groups, .. } => {
                 r.searched += 1;
                 // Found at the goal block: no group was scanned.
@@ -135,6 +178,9 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
                     req = req.metadata();
                 }
                 let answer = alloc.allocate(&req).ok();
+                r.buddy_loads.0 += built.len();
+                r.buddy_loads.1 += built.iter().filter(|&&g| alloc.is_buddy_loaded(g)).count();
+                follow(&mut built);
                 let (engine_block, engine_len, engine_pass) = match answer {
                     Some(a) => {
                         let p = match a.found_by {
@@ -268,8 +314,45 @@ pub fn replay_file(
     let vol = mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let base = u64::from(vol.superblock().first_data_block);
     let alloc = mballoc_ext4::engine::allocator(&vol)?;
+    if trace.events.iter().any(|e| matches!(e, Event::BuddyLoad { .. })) {
+        // Recorded from a fresh mount: start where the kernel started.
+        alloc.unload_buddies(&mballoc_ext4::engine::block_uninit_groups(&vol));
+    }
     let mut t = alloc.tunables();
     configure(&mut t);
     alloc.set_tunables(t)?;
     replay(&trace, &alloc, base)
+}
+
+/// Replay what `path` names: a recording's directory (`mballoc lab
+/// record`: its trace, on its image, with the allocator tuned as the
+/// recorded kernel was), or a trace file, replayed on `image`. `settings`
+/// add to that: `ext4.*` say how the traced kernel ran (its `mb_*` knobs
+/// and `mb_optimize_scan` reach the engine's allocator), `engine.*` tune
+/// the engine's allocator to try something else.
+pub fn replay_path(
+    path: &std::path::Path,
+    image: Option<&std::path::Path>,
+    dev: Option<(u32, u32)>,
+    settings: &crate::settings::Settings,
+) -> Result<ReplayReport, LabError> {
+    let (trace, image, mut ext4) = if path.is_dir() {
+        let meta = super::record::RecordMeta::read(path)?;
+        let image = image.map_or_else(|| path.join("image.qcow2"), std::path::Path::to_path_buf);
+        (path.join("trace"), image, meta.ext4())
+    } else {
+        let image = image.ok_or_else(|| {
+            LabError::Invalid(format!("{}: a trace file needs the image it started from", path.display()))
+        })?;
+        (path.to_path_buf(), image.to_path_buf(), super::Ext4Config::default())
+    };
+    ext4.extend(&super::Ext4Config::from_settings(settings));
+    let text = std::fs::read_to_string(&trace).map_err(|e| LabError::io(trace.display().to_string(), e))?;
+    replay_file(&text, dev, &image, |t| {
+        let mut cfg = mballoc_fs::FsConfig::kernel(mballoc::Geometry::new(4096, 1 << 20).expect("a scratch geometry"));
+        cfg.tunables = *t;
+        ext4.apply_engine(&mut cfg);
+        settings.apply_keys(&mut cfg);
+        *t = cfg.tunables;
+    })
 }

@@ -1,0 +1,110 @@
+//! Built-in cases beyond the default configuration: ext4's other
+//! configurations the profile follows (no flex_bg, small groups, linear
+//! scans, a short scan limit), the shapes again at 1 KiB and 2 KiB
+//! blocks, and one regression case per cause fixed in the profile, each
+//! on a shape its setting or rule moves. The shapes at 1 KiB blocks are
+//! those with few names: a directory that outgrows its first block asks
+//! for a block the engine, which models files and not directories, never
+//! asks for.
+
+use super::cases::{fragmented_free, interleaved, near_full, punched, Case, Ops, GIB, KIB, MIB};
+use super::config::Ext4Config;
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// `c` renamed, described and run with `ext4`.
+fn configured(mut c: Case, name: &str, about: &str, ext4: Ext4Config) -> Case {
+    c.name = name.into();
+    c.about = about.into();
+    c.ext4 = ext4;
+    c
+}
+
+/// `c` at another block size: the operations are in bytes, so only the
+/// volume's blocks change.
+fn at_block_size(c: Case, block_size: u32, name: &str, about: &str) -> Case {
+    let mut c = configured(c.clone(), name, about, c.ext4);
+    c.trace.block_size = block_size;
+    c
+}
+
+/// A request longer than its normalized window, which starts before the
+/// request: 6 MiB written from 1 MiB into an empty file and synced, so
+/// writeback asks for 1,536 blocks from block 256 of a 7 MiB file, whose
+/// window is the 2 MiB-aligned [0, 512). ext4 makes no preallocation when
+/// the extent found is no longer than the request and maps all of it at
+/// the request's block; a profile that compared the extent with the
+/// window's remainder (256 blocks) mapped that and preallocated the rest.
+fn window_shorter_than_request(files: usize) -> Case {
+    let mut o = Ops::new();
+    for i in 0..files {
+        let f = format!("w{i}");
+        o.create(&f).write(&f, MIB, 6 * MIB).fsync(&f);
+        o.write(&f, 0, 300 * KIB).fsync(&f).close(&f);
+    }
+    o.case(
+        "window-shorter",
+        "6 MiB written from 1 MiB into empty files: requests longer than a window that starts before them (no preallocation, mapped whole)",
+        GIB,
+        4096,
+    )
+}
+
+/// The configured and regression cases; `quick` keeps each small enough
+/// for CI.
+pub(super) fn cases(quick: bool) -> Vec<Case> {
+    let q = |full: u64, small: u64| if quick { small } else { full };
+    let fragmented = || fragmented_free(q(4, 2) * GIB, q(95, 90), q(40, 10) as usize);
+    vec![
+        configured(
+            fragmented(),
+            "no-flex-bg",
+            "fragmented-free on a volume made with -O ^flex_bg: no flex groups, every group's metadata its own",
+            Ext4Config { mkfs: args(&["-O", "^flex_bg"]), ..Default::default() },
+        ),
+        configured(
+            interleaved(q(160, 32)),
+            "small-groups",
+            "interleaved on 16,384-block groups (mkfs -g 16384)",
+            Ext4Config { mkfs: args(&["-g", "16384"]), ..Default::default() },
+        ),
+        configured(
+            fragmented(),
+            "linear-scan",
+            "fragmented-free mounted mb_optimize_scan=0: the passes scan groups linearly (2 of 76 files agree if the engine keeps its indexes)",
+            Ext4Config { mount: args(&["mb_optimize_scan=0"]), ..Default::default() },
+        ),
+        configured(
+            near_full(q(1, 1) * GIB / q(1, 2)),
+            "short-scans",
+            "near-full with mb_max_to_scan=2 and mb_min_to_scan=1: scans stop at the second extent (113 of 129 files agree if the engine scans on)",
+            Ext4Config {
+                knobs: vec![("mb_max_to_scan".into(), "2".into()), ("mb_min_to_scan".into(), "1".into())],
+                ..Default::default()
+            },
+        ),
+        at_block_size(interleaved(q(160, 32)), 2048, "interleaved-2k", "interleaved-appends at 2 KiB blocks"),
+        at_block_size(fragmented(), 2048, "fragmented-free-2k", "fragmented-free at 2 KiB blocks"),
+        at_block_size(punched(q(96, 24) * MIB, q(40, 12) as usize), 1024, "punched-1k", "punched-holes at 1 KiB blocks"),
+        at_block_size(
+            configured(
+                interleaved(q(160, 32)),
+                "",
+                "",
+                Ext4Config { mkfs: args(&["-O", "^flex_bg"]), ..Default::default() },
+            ),
+            1024,
+            "no-flex-bg-1k",
+            "interleaved-appends at 1 KiB blocks on a volume made with -O ^flex_bg",
+        ),
+        at_block_size(
+            configured(fragmented(), "", "", Ext4Config { mount: args(&["mb_optimize_scan=0"]), ..Default::default() }),
+            2048,
+            "linear-scan-2k",
+            "linear-scan at 2 KiB blocks",
+        ),
+        window_shorter_than_request(q(8, 4) as usize),
+    ]
+}
