@@ -43,7 +43,7 @@ pub enum SyncOrder {
     Dirtied,
 }
 
-/// What closing a file does.
+/// What a punched hole covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PunchBehaviour {
     /// The byte range as given; the file's preallocations are given back
@@ -54,6 +54,18 @@ pub enum PunchBehaviour {
     /// boundary at or after the size), and the preallocations are given
     /// back only when whole blocks are removed.
     Ext4,
+}
+
+/// When blocks a file gave up may be allocated again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreeReuse {
+    /// When the transaction that freed them commits: until then a crash
+    /// would bring back the file that owned them (ext4 with a journal).
+    AtCommit,
+    /// At once (ext4 without a journal, which has no transaction to wait
+    /// for). The engine's own volumes always journal; only a study of
+    /// ext4's no-journal placement uses this.
+    AtOnce,
 }
 
 /// What closing a file does.
@@ -129,6 +141,8 @@ pub struct FsConfig {
     pub punch: PunchBehaviour,
     /// Whether extent-tree blocks come from the allocator.
     pub extent_tree: ExtentTreeBlocks,
+    /// When freed blocks may be allocated again.
+    pub free_reuse: FreeReuse,
     /// The decisions that differ from ext4's (goal, window, passes, when
     /// to stop, group choice); `None` is ext4's ([`mballoc::KernelPolicy`]).
     pub policy: Option<std::sync::Arc<dyn mballoc::Policy>>,
@@ -158,6 +172,7 @@ impl FsConfig {
             sync_order: SyncOrder::ByInode,
             close: CloseBehaviour::DiscardAtLastClose,
             punch: PunchBehaviour::AsGiven,
+            free_reuse: FreeReuse::AtCommit,
             extent_tree: ExtentTreeBlocks::Outside,
             policy: None,
         }
@@ -187,6 +202,7 @@ impl FsConfig {
             sync_order: SyncOrder::Dirtied,
             close: CloseBehaviour::Ext4,
             punch: PunchBehaviour::Ext4,
+            free_reuse: FreeReuse::AtCommit,
             extent_tree: ExtentTreeBlocks::InVolume,
             ..FsConfig::new(geometry)
         }

@@ -4,7 +4,7 @@ use mballoc_testkit as common;
 
 use mballoc::{Geometry, Tunables};
 use mballoc_fs::{
-    ExtentState, FallocateMode, FiemapKind, FileId, Fs, FsConfig, FsError, Normalization, PreallocTable,
+    ExtentState, FallocateMode, FiemapKind, FileId, FreeReuse, Fs, FsConfig, FsError, Normalization, PreallocTable,
     StreamPlacement,
 };
 use rand::Rng;
@@ -425,4 +425,22 @@ fn a_policy_moves_goals_and_resizes_windows() {
     fs.write(f, 0, 1 << 20).unwrap();
     fs.fsync(f).unwrap();
     assert_ne!(fs.extents(f).unwrap()[0].physical, 5 * 32768);
+}
+
+/// Without a journal (`FreeReuse::AtOnce`) a file's freed blocks are free
+/// in the allocator at once; with one they wait for the commit.
+#[test]
+fn freed_blocks_wait_for_the_commit_unless_told_otherwise() {
+    for (reuse, pending) in [(FreeReuse::AtCommit, 64), (FreeReuse::AtOnce, 0)] {
+        let mut cfg = FsConfig::kernel(Geometry::new(4096, 1 << 18).unwrap());
+        cfg.free_reuse = reuse;
+        let fs = Fs::new(cfg).unwrap();
+        let f = fs.create().unwrap();
+        fs.write(f, 0, 64 * 4096).unwrap();
+        fs.fsync(f).unwrap();
+        let free = fs.allocator().free_blocks();
+        fs.truncate(f, 0).unwrap();
+        assert_eq!(fs.pending_free_blocks(), pending, "{reuse:?}");
+        assert_eq!(fs.allocator().free_blocks() - free, 64 - pending, "{reuse:?}");
+    }
 }

@@ -270,8 +270,13 @@ impl Fs {
         self.release_tree_blocks(removed.tree_blocks);
     }
 
-    /// Send a physical range to the running transaction, split by group.
+    /// Send a physical range to the running transaction, split by group
+    /// (or, without transactions to wait for, back to the allocator).
     pub(super) fn defer_free(&self, mut start: u64, mut len: u64) {
+        if self.config().free_reuse == crate::config::FreeReuse::AtOnce {
+            self.alloc.free(start, len).unwrap_or_else(|e| panic!("a file's block is already free: {e}"));
+            return;
+        }
         let geo = self.alloc.geometry();
         while len > 0 {
             let g = geo.group_of(start);

@@ -391,7 +391,7 @@ fn delete_refill(volume: u64, rounds: usize) -> Case {
 
 /// Files rewritten in place: truncated to zero and written again (ext4
 /// writes them back at close), shrunk, grown.
-fn truncate_rewrite(rounds: usize) -> Case {
+pub(super) fn truncate_rewrite(rounds: usize) -> Case {
     let mut rng = ChaCha8Rng::seed_from_u64(43);
     let mut o = Ops::new();
     let names: Vec<String> = (0..12).map(|i| format!("w{i}")).collect();

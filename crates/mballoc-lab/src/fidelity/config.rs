@@ -6,6 +6,7 @@
 //!
 //! Followed: mkfs's group, flex-group, inode and reserve sizes and
 //! `-O ^flex_bg` (the engine loads the image mkfs made, so it has them);
+//! `-O ^has_journal` (freed blocks reusable at once, `FreeReuse::AtOnce`);
 //! `nodelalloc` (each block of a write its own request, as
 //! `Fs::write_through`), `mb_optimize_scan=`, and options that move no
 //! block (`noatime`, `nobarrier`, ...); the allocator's knobs by their
@@ -24,7 +25,8 @@ use mballoc_fs::FsConfig;
 pub struct Ext4Config {
     /// Extra mkfs.ext4 arguments.
     pub mkfs: Vec<String>,
-    /// Extra mount options (besides the case's `commit=600`).
+    /// Extra mount options (besides the case's `commit=600` when the
+    /// volume has a journal).
     pub mount: Vec<String>,
     /// /sys/fs/ext4/DEV knobs, set after mounting.
     pub knobs: Vec<(String, String)>,
@@ -104,18 +106,21 @@ impl Ext4Config {
                 continue;
             }
             match a.as_str() {
-                "-O" => match args.next().map(String::as_str) {
-                    Some("^flex_bg") => {}
-                    Some(f) if f.contains("has_journal") => {
-                        return no(
-                            format!("ext4.mkfs=-O {f}"),
-                            "without a journal blocks are free at once, not at commit; not modelled",
-                        )
+                "-O" => match args.next() {
+                    Some(list) => {
+                        for f in list.split(',') {
+                            match f {
+                                "^flex_bg" | "^has_journal" | "^orphan_file" => {}
+                                f if f.contains("bigalloc") => {
+                                    return no(
+                                        format!("ext4.mkfs=-O {f}"),
+                                        "the engine loads no bigalloc volume's files",
+                                    )
+                                }
+                                f => return no(format!("ext4.mkfs=-O {f}"), "a feature the profile does not model"),
+                            }
+                        }
                     }
-                    Some(f) if f.contains("bigalloc") => {
-                        return no(format!("ext4.mkfs=-O {f}"), "the engine loads no bigalloc volume's files")
-                    }
-                    Some(f) => return no(format!("ext4.mkfs=-O {f}"), "a feature the profile does not model"),
                     None => return no("ext4.mkfs=-O".into(), "needs a feature"),
                 },
                 "-E" => match args.next() {
@@ -166,7 +171,10 @@ impl Ext4Config {
 
     /// The mount options of the kernel side.
     pub fn mount_options(&self) -> String {
-        std::iter::once("commit=600".to_string()).chain(self.mount.iter().cloned()).collect::<Vec<_>>().join(",")
+        // No journal, no commit timer to hold off (and ext4 refuses the
+        // option).
+        let commit = (!self.without_journal()).then(|| "commit=600".to_string());
+        commit.into_iter().chain(self.mount.iter().cloned()).collect::<Vec<_>>().join(",")
     }
 
     /// Make the engine's kernel profile follow the configuration (checked
@@ -182,11 +190,20 @@ impl Ext4Config {
                 let _ = crate::settings::engine::apply_one(cfg, k, v);
             }
         }
+        if self.without_journal() {
+            cfg.free_reuse = mballoc_fs::FreeReuse::AtOnce;
+        }
         if self.mount.iter().any(|o| o == "nodelalloc") {
             WriteMode::NoDelalloc
         } else {
             WriteMode::Delalloc
         }
+    }
+
+    /// Whether mkfs made the volume without a journal: freed blocks are
+    /// reusable at once.
+    fn without_journal(&self) -> bool {
+        self.mkfs.windows(2).any(|w| w[0] == "-O" && w[1].split(',').any(|f| f == "^has_journal"))
     }
 
     /// One line for reports: what ran besides the defaults.
@@ -221,6 +238,7 @@ mod tests {
     fn followed_settings_pass_and_others_are_refused_with_the_reason() {
         for ok in [
             &["ext4.mkfs=-O ^flex_bg -g 16384"][..],
+            &["ext4.mkfs=-O ^has_journal,^flex_bg"],
             &["ext4.mount=nodelalloc,noatime"],
             &["ext4.mb_max_to_scan=50", "ext4.mount=mb_optimize_scan=0"],
         ] {
@@ -228,7 +246,8 @@ mod tests {
             c.check(&s).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
         }
         for (bad, why) in [
-            (&["ext4.mkfs=-O ^has_journal"][..], "journal"),
+            (&["ext4.mkfs=-O bigalloc"][..], "bigalloc"),
+            (&["ext4.mkfs=-O ^flex_bg,quota"], "feature"),
             (&["ext4.mkfs=-E stride=16,stripe_width=64"], "s_stripe"),
             (&["ext4.mount=stripe=64"], "s_stripe"),
             (&["ext4.mount=commit=5"], "timer"),
@@ -250,5 +269,9 @@ mod tests {
         assert_eq!(cfg.tunables.mb_max_to_scan, 50);
         assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
         assert_eq!(c.mount_options(), "commit=600,nodelalloc,mb_optimize_scan=0");
+        assert_eq!(cfg.free_reuse, mballoc_fs::FreeReuse::AtCommit);
+        let (c, _) = config(&["ext4.mkfs=-O ^has_journal"]);
+        c.apply_engine(&mut cfg);
+        assert_eq!(cfg.free_reuse, mballoc_fs::FreeReuse::AtOnce);
     }
 }

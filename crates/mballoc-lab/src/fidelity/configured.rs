@@ -1,13 +1,13 @@
 //! Built-in cases beyond the default configuration: ext4's other
 //! configurations the profile follows (no flex_bg, small groups, linear
-//! scans, a short scan limit), the shapes again at 1 KiB and 2 KiB
+//! scans, a short scan limit, no journal), the shapes again at 1 KiB and 2 KiB
 //! blocks, and one regression case per cause fixed in the profile, each
 //! on a shape its setting or rule moves. The shapes at 1 KiB blocks are
 //! those with few names: a directory that outgrows its first block asks
 //! for a block the engine, which models files and not directories, never
 //! asks for.
 
-use super::cases::{fragmented_free, interleaved, near_full, punched, Case, Ops, GIB, KIB, MIB};
+use super::cases::{fragmented_free, interleaved, near_full, punched, truncate_rewrite, Case, Ops, GIB, KIB, MIB};
 use super::config::Ext4Config;
 
 fn args(a: &[&str]) -> Vec<String> {
@@ -84,6 +84,12 @@ pub(super) fn cases(quick: bool) -> Vec<Case> {
                 knobs: vec![("mb_max_to_scan".into(), "2".into()), ("mb_min_to_scan".into(), "1".into())],
                 ..Default::default()
             },
+        ),
+        configured(
+            truncate_rewrite(q(300, 60) as usize),
+            "no-journal",
+            "truncate-rewrite on a volume made without a journal: freed blocks reusable at once, not at commit (9 of 12 files agree if the engine waits for the commit)",
+            Ext4Config { mkfs: args(&["-O", "^has_journal,^orphan_file"]), ..Default::default() },
         ),
         at_block_size(interleaved(q(160, 32)), 2048, "interleaved-2k", "interleaved-appends at 2 KiB blocks"),
         at_block_size(fragmented(), 2048, "fragmented-free-2k", "fragmented-free at 2 KiB blocks"),
