@@ -47,12 +47,27 @@ pub fn block_uninit_groups<S: BlockSource>(vol: &Volume<S>) -> Vec<u32> {
     (0..).zip(vol.groups()).filter(|(_, d)| d.block_uninit()).map(|(g, _)| g).collect()
 }
 
+/// The image's RAID stripe, unless a `stripe=` already chose one, and
+/// ext4's mount-time rounding of the locality-group window up to a
+/// multiple of it (`ext4_mb_init`).
+fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Superblock) {
+    if t.stripe == 0 {
+        t.stripe = sb.stripe();
+    }
+    if t.stripe > 1 {
+        t.mb_group_prealloc = t.mb_group_prealloc.div_ceil(t.stripe) * t.stripe;
+    }
+}
+
 /// An allocator holding the image's free space, one group per ext4 group,
 /// with the image's flex groups. Its `mb_groups_report` is the kernel's
 /// `mb_groups` for the image.
 pub fn allocator<S: BlockSource>(vol: &Volume<S>) -> Result<Allocator> {
+    let mut t = mballoc::Tunables::default();
+    with_stripe(&mut t, vol.superblock());
     let alloc = Allocator::builder(geometry(vol)?)
         .flex_groups(flex_groups(vol))
+        .tunables(t)
         .build()
         .map_err(|e| Ext4Error::Unsupported(format!("engine: {e}")))?;
     for (g, bitmap) in bitmaps(vol)?.iter().enumerate() {
@@ -92,6 +107,7 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
     if let InodeNumbers::LowestFree { .. } = cfg.inode_numbers {
         cfg.inode_numbers = InodeNumbers::LowestFree { first: u64::from(sb.first_ino) };
     }
+    with_stripe(&mut cfg.tunables, sb);
     let tree = vol.walk()?;
     let base = u64::from(sb.first_data_block);
     let mut files = Vec::new();

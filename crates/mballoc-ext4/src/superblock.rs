@@ -126,6 +126,10 @@ pub struct Superblock {
     pub csum_seed: u32,
     /// Number of block groups.
     pub groups: u32,
+    /// `s_raid_stride`: blocks per disk of a RAID stripe (mkfs `-E stride`).
+    pub raid_stride: u16,
+    /// `s_raid_stripe_width`: blocks per full stripe (mkfs `-E stripe_width`).
+    pub raid_stripe_width: u32,
 }
 
 /// Whether checksums are verified.
@@ -302,6 +306,8 @@ impl Superblock {
             backup_bgs: [le32(b, 0x24C), le32(b, 0x250)],
             csum_seed,
             groups,
+            raid_stride: le16(b, 0x164),
+            raid_stripe_width: le32(b, 0x170),
         };
         let itable_blocks = sb.inode_table_blocks();
         if u64::from(itable_blocks) >= u64::from(blocks_per_group) {
@@ -333,6 +339,20 @@ impl Superblock {
     /// Descriptor checksums exist (crc16 or crc32c-based).
     pub fn group_csum(&self) -> bool {
         self.metadata_csum() || self.has_ro_compat(ro_compat::GDT_CSUM)
+    }
+
+    /// The RAID stripe ext4 aligns allocations to when mounted without
+    /// `stripe=` (`ext4_get_stripe_size`): the stripe width, else the
+    /// stride, whichever fits a group; 0 for none.
+    pub fn stripe(&self) -> u32 {
+        let fits = |v: u32| v > 0 && v <= self.blocks_per_group;
+        if fits(self.raid_stripe_width) {
+            self.raid_stripe_width
+        } else if fits(u32::from(self.raid_stride)) {
+            u32::from(self.raid_stride)
+        } else {
+            0
+        }
     }
 
     /// bigalloc: allocation in clusters of several blocks.

@@ -96,7 +96,13 @@ impl Allocator {
         let mut guard = slot.lock.lock();
         let buddy = self.materialize(&mut guard, g);
         let run = buddy.find_extent(off, ctx.goal_len);
+        let stripe = ctx.t.stripe;
         let take = if run >= ctx.goal_len {
+            // A goal of exactly one stripe is taken only where a stripe
+            // starts.
+            if stripe > 0 && ctx.goal_len == stripe && !goal.is_multiple_of(u64::from(stripe)) {
+                return;
+            }
             ctx.goal_len
         } else if run > 0 && ctx.policy == GoalPolicy::Only && ctx.min_len > 1 && run >= ctx.min_len {
             // A goal-only request that named a minimum accepts a partial run
@@ -240,12 +246,19 @@ impl Allocator {
             }
             _ => ctx.orig_len,
         };
+        let stripe = ctx.t.stripe;
+        if stripe > 0 && (1u32 << min_order) < stripe {
+            min_order = 31 - stripe.leading_zeros();
+        }
         if (1u32 << min_order) < floor {
             min_order = 32 - floor.leading_zeros();
         }
         'halves: for (lo, hi) in [(start, n), (0, start)] {
             for i in (min_order..=order).rev() {
                 ctx.goal_len = 1 << i;
+                if stripe > 0 {
+                    ctx.goal_len = ctx.goal_len.div_ceil(stripe) * stripe;
+                }
                 let set =
                     self.index.set(IndexKind::AvgFragmentSize, request_bucket(ctx.goal_len, self.geo.num_orders()));
                 if set.is_empty() {
@@ -319,7 +332,40 @@ impl Allocator {
             }
             return;
         }
+        let stripe = ctx.t.stripe;
+        if matches!(cr, Criterion::GoalLenFast | Criterion::BestAvailLen)
+            && stripe > 0
+            && ctx.goal_len.is_multiple_of(stripe)
+        {
+            self.aligned_scan(ctx, g, slot, buddy);
+            if ctx.status != Status::Continue {
+                return;
+            }
+        }
         self.complex_scan(ctx, g, slot, buddy);
+    }
+
+    /// The first free run of at least a stripe that starts on a stripe
+    /// boundary (`ext4_mb_scan_aligned`).
+    fn aligned_scan(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
+        let cr = ctx.cr.expect("scan with no pass");
+        let stripe = ctx.t.stripe;
+        let first = self.geo.group_first_block(g);
+        let mut i = first.div_ceil(u64::from(stripe)) * u64::from(stripe) - first;
+        while i < u64::from(buddy.len()) {
+            let off = i as u32;
+            if !buddy.is_used(off) {
+                let len = buddy.find_extent(off, stripe);
+                if len >= stripe {
+                    ctx.found += 1;
+                    ctx.cr_found[cr.index()] += 1;
+                    ctx.best = Some(Cand { group: g, start: off, len });
+                    self.use_best_found(ctx, g, slot, buddy);
+                    return;
+                }
+            }
+            i += u64::from(stripe);
+        }
     }
 
     /// Measure the group's free runs (`ext4_mb_complex_scan_group`).

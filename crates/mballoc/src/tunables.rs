@@ -88,6 +88,13 @@ pub struct Tunables {
     pub mb_c3_threshold: u32,
     /// CR_BEST_AVAIL_LEN when `mb_optimize_scan` is off (not a kernel knob).
     pub linear_best_avail: LinearBestAvail,
+    /// `s_stripe`: the RAID stripe in blocks (the `stripe=` mount option, or
+    /// mkfs's `-E stripe_width`/`stride`), 0 for none. A goal of exactly
+    /// one stripe is taken only at a stripe-aligned block, the fast passes
+    /// try stripe-aligned runs first when the goal is a multiple of it, and
+    /// CR_BEST_AVAIL_LEN trims to multiples of it. Alignment counts from
+    /// the allocator's block 0.
+    pub stripe: u32,
 }
 
 impl Default for Tunables {
@@ -107,6 +114,7 @@ impl Default for Tunables {
             mb_c2_threshold: 0,
             mb_c3_threshold: 0,
             linear_best_avail: LinearBestAvail::Skip,
+            stripe: 0,
         }
     }
 }
@@ -153,6 +161,13 @@ impl Tunables {
                 return Err(Error::InvalidTunable { name, value: v.into(), reason: "a percentage" });
             }
         }
+        if self.stripe > blocks_per_group {
+            return Err(Error::InvalidTunable {
+                name: "stripe",
+                value: self.stripe.into(),
+                reason: "larger than a group",
+            });
+        }
         if self.mb_max_to_scan == 0 {
             return Err(Error::InvalidTunable { name: "mb_max_to_scan", value: 0, reason: "must be at least 1" });
         }
@@ -162,7 +177,7 @@ impl Tunables {
 
 /// Tunables in atomics: snapshot per request, store from any thread.
 pub(crate) struct AtomicTunables {
-    fields: [AtomicU32; 14],
+    fields: [AtomicU32; 15],
 }
 
 impl AtomicTunables {
@@ -199,6 +214,7 @@ impl AtomicTunables {
                 LinearBestAvail::Skip => 0,
                 LinearBestAvail::Repeat => 1,
             },
+            t.stripe,
         ];
         for (f, v) in self.fields.iter().zip(v) {
             f.store(v, Ordering::Relaxed);
@@ -231,6 +247,7 @@ impl AtomicTunables {
             mb_c3_threshold: f(11),
             mb_best_avail_floor: if f(12) == 1 { BestAvailFloor::Minimum } else { BestAvailFloor::Request },
             linear_best_avail: if f(13) == 1 { LinearBestAvail::Repeat } else { LinearBestAvail::Skip },
+            stripe: f(14),
         }
     }
 }
@@ -246,6 +263,9 @@ mod tests {
         assert!(Tunables { mb_group_prealloc: 40000, ..t }.validate(32768).is_err());
         assert!(Tunables { mb_max_to_scan: 0, ..t }.validate(32768).is_err());
         assert!(Tunables { mb_c2_threshold: 101, ..t }.validate(32768).is_err());
+        assert!(Tunables { stripe: 40000, ..t }.validate(32768).is_err());
+        let striped = Tunables { stripe: 64, ..t };
+        assert_eq!(AtomicTunables::new(striped).load(), striped);
         let l = Tunables { mb_best_avail_floor: BestAvailFloor::Minimum, ..t.with_lustre_thresholds() };
         assert_eq!(AtomicTunables::new(l).load(), l);
         assert!(t.validate(32768).is_ok());

@@ -124,3 +124,32 @@ fn lustre_thresholds_pick_the_first_pass() {
     a.reset_stats();
     expect_pass(&a, AllocRequest::new(8), Criterion::PowerOf2Aligned, 8);
 }
+
+/// With a RAID stripe, a goal of one stripe is taken only where a stripe
+/// starts, and a goal of several stripes is served first from a run that
+/// starts on a stripe boundary, even when an unaligned run comes first.
+#[test]
+fn a_stripe_aligns_goals_and_fast_scans() {
+    // Group 3 free from block 10 to its end, everything else full.
+    let a = shaped(|g| if g == 3 { vec![(10, BPG - 10)] } else { vec![] });
+    let mut t = a.tunables();
+    t.stripe = 64;
+    a.set_tunables(t).unwrap();
+    let group3 = 3 * u64::from(BPG);
+    // Three stripes from the group's start: the aligned scan skips the
+    // free blocks 10..64 and starts at 64.
+    let got = a.allocate(&AllocRequest::new(192).goal(group3)).unwrap();
+    assert_eq!(got.extent.start, group3 + 64, "{got:?}");
+    assert_eq!(got.found_by, FoundBy::Pass(Criterion::GoalLenFast));
+    // One stripe tried at an unaligned free goal: refused there, found
+    // aligned.
+    let got = a.allocate(&AllocRequest::new(64).try_goal(group3 + 300)).unwrap();
+    assert_ne!(got.found_by, FoundBy::Goal, "{got:?}");
+    assert_eq!(got.extent.start % 64, 0, "{got:?}");
+    // Without the stripe the same goal is taken where it is.
+    t.stripe = 0;
+    a.set_tunables(t).unwrap();
+    let got = a.allocate(&AllocRequest::new(64).try_goal(group3 + 700)).unwrap();
+    assert_eq!((got.found_by, got.extent.start), (FoundBy::Goal, group3 + 700));
+    a.check_consistency().unwrap();
+}

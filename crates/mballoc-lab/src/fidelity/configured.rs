@@ -1,6 +1,6 @@
 //! Built-in cases beyond the default configuration: ext4's other
 //! configurations the profile follows (no flex_bg, small groups, linear
-//! scans, a short scan limit, no journal), the shapes again at 1 KiB and 2 KiB
+//! scans, a short scan limit, no journal, a RAID stripe), the shapes again at 1 KiB and 2 KiB
 //! blocks, and one regression case per cause fixed in the profile, each
 //! on a shape its setting or rule moves. The shapes at 1 KiB blocks are
 //! those with few names: a directory that outgrows its first block asks
@@ -90,6 +90,12 @@ pub(super) fn cases(quick: bool) -> Vec<Case> {
             "no-journal",
             "truncate-rewrite on a volume made without a journal: freed blocks reusable at once, not at commit (9 of 12 files agree if the engine waits for the commit)",
             Ext4Config { mkfs: args(&["-O", "^has_journal,^orphan_file"]), ..Default::default() },
+        ),
+        configured(
+            fragmented(),
+            "stripe",
+            "fragmented-free on a volume made with -E stride=16,stripe_width=64: stripe-aligned goals, scans and windows (3 of 76 files agree if the engine ignores the stripe)",
+            Ext4Config { mkfs: args(&["-E", "stride=16,stripe_width=64"]), ..Default::default() },
         ),
         at_block_size(interleaved(q(160, 32)), 2048, "interleaved-2k", "interleaved-appends at 2 KiB blocks"),
         at_block_size(fragmented(), 2048, "fragmented-free-2k", "fragmented-free at 2 KiB blocks"),

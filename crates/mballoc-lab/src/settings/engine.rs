@@ -37,6 +37,7 @@ pub const ENGINE_KEYS: &[EngineKey] = &[
     k("mb_stream_req", "blocks", "0 ..", "file size from which a file uses its own preallocation"),
     k("mb_group_prealloc", "blocks", "0 .. (0: none)", "locality-group window"),
     k("mb_max_linear_groups", "groups", "0 ..", "groups tried linearly before the index lookups"),
+    k("stripe", "blocks", "0 .. a group (0: none)", "RAID stripe: aligned goals, scans and trims (ext4's s_stripe)"),
     k("mb_best_avail_max_trim_order", "orders", "0 ..", "orders CR_BEST_AVAIL_LEN may trim"),
     k("mb_optimize_scan", "choice", "0 | 1 | auto", "index lookups instead of linear group scans"),
     k("mb_c1_threshold", "percent", "0 .. 100 (0: off)", "free space below which the power-of-two pass is skipped"),
@@ -117,6 +118,7 @@ pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
         "mb_stream_req" => t.mb_stream_req.to_string(),
         "mb_group_prealloc" => t.mb_group_prealloc.to_string(),
         "mb_max_linear_groups" => t.mb_max_linear_groups.to_string(),
+        "stripe" => t.stripe.to_string(),
         "mb_best_avail_max_trim_order" => t.mb_best_avail_max_trim_order.to_string(),
         "mb_optimize_scan" => name_of(OPTIMIZE_SCAN, &t.mb_optimize_scan),
         "mb_c1_threshold" => t.mb_c1_threshold.to_string(),
@@ -223,6 +225,7 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
         "mb_stream_req" => t.mb_stream_req = num()?,
         "mb_group_prealloc" => t.mb_group_prealloc = num()?,
         "mb_max_linear_groups" => t.mb_max_linear_groups = num()?,
+        "stripe" => t.stripe = num()?,
         "mb_best_avail_max_trim_order" => t.mb_best_avail_max_trim_order = num()?,
         "mb_optimize_scan" => t.mb_optimize_scan = named(OPTIMIZE_SCAN, value)?,
         "mb_c1_threshold" | "mb_c2_threshold" | "mb_c3_threshold" => {
