@@ -177,6 +177,11 @@ pub enum Event {
         count: u64,
         /// `METADATA` among the flags.
         metadata: bool,
+        /// `1ST_CLUSTER` (`NOFREE_FIRST_CLUSTER`): with bigalloc, a
+        /// partial first cluster stays (another extent shares it).
+        keep_first: bool,
+        /// `LAST_CLUSTER`: likewise for a partial last cluster.
+        keep_last: bool,
     },
     /// `ext4_mb_new_inode_pa` / `ext4_mb_new_group_pa`.
     NewPa {
@@ -279,6 +284,7 @@ impl KernelTrace {
                 _ => {}
             }
             let bad = |what: &str| LabError::Invalid(format!("trace line {}: {name}: bad {what}", n + 1));
+            let has_flag = |flag: &str| f.word("flags").is_some_and(|w| w.split('|').any(|x| x == flag));
             let num = |k: &str| f.num(k).ok_or_else(|| bad(k));
             let ev = match name {
                 "ext4_request_blocks" => Event::Request {
@@ -318,7 +324,9 @@ impl KernelTrace {
                     ino: num("ino")?,
                     block: num("block")?,
                     count: num("count")?,
-                    metadata: f.word("flags").is_some_and(|w| w.split('|').any(|x| x == "METADATA")),
+                    metadata: has_flag("METADATA"),
+                    keep_first: has_flag("1ST_CLUSTER"),
+                    keep_last: has_flag("LAST_CLUSTER"),
                 },
                 "ext4_mb_new_inode_pa" | "ext4_mb_new_group_pa" => Event::NewPa {
                     ino: num("ino")?,

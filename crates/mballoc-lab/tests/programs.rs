@@ -1,8 +1,8 @@
 //! Real programs nobody tuned the profile to: tar, cp -a, git clone,
 //! sqlite and fio, each recorded on a fresh ext4 volume (mkfs's defaults
-//! with 4 KiB blocks, and 1 KiB blocks) and replayed on the engine's
-//! allocator, which must give at least 99.5 % of the requests the kernel
-//! searched for the kernel's own extent. Recorded from a fresh mount, so
+//! with 4 KiB blocks, 1 KiB blocks, and bigalloc's 16 KiB clusters) and
+//! replayed on the engine's allocator, which must give at least 99.5 % of
+//! the requests the kernel searched the kernel's own extent. Recorded from a fresh mount, so
 //! the buddies ext4 has not built yet are part of what is checked. Needs
 //! root and tracefs (skipped otherwise); a program that is not installed
 //! is skipped with its name. `MBALLOC_RECORD_SCALE=N` makes the
@@ -94,19 +94,24 @@ fn real_programs_replay_on_the_engine() {
     let scale = mballoc_testkit::knob("MBALLOC_RECORD_SCALE", 1).clamp(1, 1000) as u32;
     let scratch = mballoc_testkit::Scratch::new("programs");
     let mut failures = Vec::new();
-    for block_size in [4096u32, 1024] {
+    let bigalloc =
+        Ext4Config { mkfs: ["-O", "bigalloc", "-C", "16384"].map(String::from).to_vec(), ..Default::default() };
+    let configurations = [
+        ("4 KiB blocks", 4096u32, Ext4Config::default()),
+        ("1 KiB blocks", 1024, Ext4Config::default()),
+        ("16 KiB clusters", 4096, bigalloc),
+    ];
+    for (k, (label, block_size, ext4)) in configurations.into_iter().enumerate() {
         for (name, command) in programs(scratch.path(), scale) {
-            let out = scratch.path().join(format!("{}-{block_size}", name.replace(' ', "-")));
-            let spec =
-                RecordSpec { command, bytes: 512 << 20, block_size, ext4: Ext4Config::default(), out: out.clone() };
+            let out = scratch.path().join(format!("{}-{k}", name.replace(' ', "-")));
+            let spec = RecordSpec { command, bytes: 512 << 20, block_size, ext4: ext4.clone(), out: out.clone() };
             let meta = record(&spec).unwrap_or_else(|e| panic!("recording {name}: {}", mballoc_lab::chain(&e)));
             assert_eq!(meta.lost_events, 0, "{name}: the ring buffer dropped events");
             let r = replay_path(&out, None, None, &Settings::default())
                 .unwrap_or_else(|e| panic!("replaying {name}: {}", mballoc_lab::chain(&e)));
             let pct = 100.0 * r.same_extent as f64 / r.searched.max(1) as f64;
             eprintln!(
-                "{name} at {} KiB blocks: {} requests, {}/{} searched ones the kernel's extent ({pct:.1}%), buddies built in requests {} ({} by the engine's search)",
-                block_size / 1024,
+                "{name} at {label}: {} requests, {}/{} searched ones the kernel's extent ({pct:.1}%), buddies built in requests {} ({} by the engine's search)",
                 r.requests,
                 r.same_extent,
                 r.searched,
@@ -115,7 +120,7 @@ fn real_programs_replay_on_the_engine() {
             );
             assert!(r.searched > 0, "{name}: no request reached the allocator");
             if pct < 99.5 {
-                failures.push(format!("{name} at {block_size}: {pct:.2}%\n{}", r.text()));
+                failures.push(format!("{name} at {label}: {pct:.2}%\n{}", r.text()));
             }
         }
     }

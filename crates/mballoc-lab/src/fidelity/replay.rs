@@ -119,8 +119,11 @@ fn pass_index(cr: &str) -> Option<usize> {
 
 /// Replay `trace` on an allocator holding `image`'s free space, tuned as
 /// `tunables` say (the kernel's defaults, or a policy to try). Blocks in
-/// the trace are ext4's; `base` is the image's first data block.
-pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<ReplayReport, LabError> {
+/// the trace are ext4's; `base` is the image's first data block. With
+/// bigalloc the allocator's units are clusters of `2^cluster_bits`
+/// blocks: the allocation events print clusters already, frees print
+/// blocks and are cut to the clusters ext4 frees.
+pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64, cluster_bits: u32) -> Result<ReplayReport, LabError> {
     let geo = *alloc.geometry();
     let bpg = u64::from(geo.blocks_per_group());
     let mut r = ReplayReport { lost_events: trace.lost, ..ReplayReport::default() };
@@ -231,8 +234,10 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
                 }
                 take(alloc, kernel_block, u64::from(result.len));
             }
-            Event::Free { block, count, .. } if *block >= base => {
-                pending.push((block - base, *count));
+            Event::Free { block, count, keep_first, keep_last, .. } if *block >= base => {
+                if let Some(c) = freed_clusters(block - base, *count, cluster_bits, (*keep_first, *keep_last)) {
+                    pending.push(c);
+                }
             }
             Event::Commit { .. } => {
                 for (b, c) in pending.drain(..) {
@@ -240,7 +245,8 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
                 }
             }
             Event::ReleasePa { block, count, .. } if *block >= base => {
-                give(alloc, block - base, *count);
+                // The first block, and clusters.
+                give(alloc, (block - base) >> cluster_bits, *count);
             }
             _ => {}
         }
@@ -250,6 +256,34 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64) -> Result<Repla
     }
     r.free_extents.1 = count_free(alloc);
     Ok(r)
+}
+
+/// The clusters `ext4_free_blocks` frees for `count` blocks from `block`
+/// (`(first, clusters)`, or none): a partial cluster at either end is
+/// rounded out to free it whole, or in to keep it when the flags say
+/// another extent shares it.
+fn freed_clusters(block: u64, count: u64, bits: u32, (keep_first, keep_last): (bool, bool)) -> Option<(u64, u64)> {
+    let ratio = 1u64 << bits;
+    let (mut b, mut c) = (block, count);
+    let off = b % ratio;
+    if off != 0 {
+        if keep_first {
+            b += ratio - off;
+            c = c.saturating_sub(ratio - off);
+        } else {
+            b -= off;
+            c += off;
+        }
+    }
+    let over = c % ratio;
+    if over != 0 {
+        if keep_last {
+            c -= over;
+        } else {
+            c += ratio - over;
+        }
+    }
+    (c > 0).then_some((b >> bits, c >> bits))
 }
 
 /// A pass index as [`ReplayReport::pass_hits`] numbers them: the
@@ -321,7 +355,8 @@ pub fn replay_file(
     let mut t = alloc.tunables();
     configure(&mut t);
     alloc.set_tunables(t)?;
-    replay(&trace, &alloc, base)
+    let cluster_bits = vol.superblock().cluster_ratio().trailing_zeros();
+    replay(&trace, &alloc, base, cluster_bits)
 }
 
 /// Replay what `path` names: a recording's directory (`mballoc lab
@@ -355,4 +390,21 @@ pub fn replay_path(
         settings.apply_keys(&mut cfg);
         *t = cfg.tunables;
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::freed_clusters;
+
+    #[test]
+    fn frees_become_the_clusters_ext4_frees() {
+        // No bigalloc: blocks are the units.
+        assert_eq!(freed_clusters(4328, 3, 0, (false, false)), Some((4328, 3)));
+        // Four-block clusters: a partial end is freed whole unless kept.
+        assert_eq!(freed_clusters(4328, 4, 2, (false, false)), Some((1082, 1)));
+        assert_eq!(freed_clusters(4329, 5, 2, (false, false)), Some((1082, 2)));
+        assert_eq!(freed_clusters(4329, 5, 2, (true, false)), Some((1083, 1)));
+        assert_eq!(freed_clusters(4328, 1, 2, (true, true)), None);
+        assert_eq!(freed_clusters(4328, 6, 2, (false, true)), Some((1082, 1)));
+    }
 }
