@@ -42,6 +42,8 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
         return Ok(());
     }
     clean_up_on_signal()?;
+    // Recordings' images, expanded for the run.
+    let mut expanded: Vec<mballoc_lab::mount::Image> = Vec::new();
     let cases: Vec<Case> = if files.is_empty() {
         let all = fidelity::builtin(quick);
         for n in only {
@@ -61,6 +63,11 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
         files
             .iter()
             .map(|f| -> Result<Case> {
+                if f.join("record.toml").exists() {
+                    let (case, image) = mballoc_lab::fidelity::record::case_of(f, &over)?;
+                    expanded.push(image);
+                    return Ok(case);
+                }
                 let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
                 let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
                 if Trace::is_trace(&text) {

@@ -261,7 +261,8 @@ enum LabCmd {
     /// profile, from the same image, and compare them block for block
     /// (needs root). With no workload, the built-in set.
     Fidelity {
-        /// TOML workloads or traces (run single-threaded, streams in turn).
+        /// TOML workloads, traces (run single-threaded, streams in turn) or
+        /// recordings (`mballoc lab record`: the program's operations).
         workloads: Vec<PathBuf>,
         /// Smaller built-in cases.
         #[arg(long)]

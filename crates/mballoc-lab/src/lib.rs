@@ -47,6 +47,7 @@ pub mod report;
 pub mod runner;
 pub mod scenarios;
 pub mod settings;
+pub mod strace;
 #[allow(unsafe_code)] // the system calls, each block with its SAFETY comment
 pub mod sys;
 pub mod trace;

@@ -274,12 +274,18 @@ pub fn compare(name: &str, kernel: &Side, engine: &Side) -> Agreement {
     for (i, r) in engine.requests.iter().enumerate() {
         pending.entry(key(r)).or_default().push_back(i);
     }
+    // A file is the same file by name: the kernel numbers its directories'
+    // inodes too, the engine (which has none) does not.
+    let engine_ino: HashMap<&str, u64> = engine.files.iter().map(|(n, i, _)| (n.as_str(), *i)).collect();
+    let ino_of: HashMap<u64, u64> =
+        kernel.files.iter().filter_map(|(n, k, _)| engine_ino.get(n.as_str()).map(|e| (*k, *e))).collect();
+    let kernel_key = |r: &Request| (ino_of.get(&r.ino).copied().unwrap_or(r.ino), r.logical, r.len, r.data);
     let mut matched = 0;
     let mut first: Option<Divergence> = None;
     let mut agreed: VecDeque<String> = VecDeque::new();
     let mut pass_differences = Vec::new();
     for (i, k) in kernel.requests.iter().enumerate() {
-        let e = pending.get_mut(&key(k)).and_then(VecDeque::pop_front).map(|j| &engine.requests[j]);
+        let e = pending.get_mut(&kernel_key(k)).and_then(VecDeque::pop_front).map(|j| &engine.requests[j]);
         let ok = e.is_some_and(|e| e.result == k.result);
         if let Some(e) = e.filter(|e| ok && e.how != k.how && !k.how.is_empty()) {
             if pass_differences.len() < 5 {

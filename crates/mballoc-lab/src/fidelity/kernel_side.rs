@@ -101,7 +101,12 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
     for name in names {
         let path = root.join(name);
         let Ok(f) = File::open(&path) else { continue };
-        let ino = f.metadata().map_err(|e| LabError::io(path.display().to_string(), e))?.ino();
+        let meta = f.metadata().map_err(|e| LabError::io(path.display().to_string(), e))?;
+        if !meta.is_file() {
+            // Directories: the engine models files only.
+            continue;
+        }
+        let ino = meta.ino();
         let runs = sys::fiemap(&f)
             .map_err(|e| LabError::io(format!("FIEMAP {}", path.display()), e))?
             .into_iter()

@@ -13,6 +13,8 @@
 //! DIR/image.qcow2   the image before the program ran
 //! DIR/trace         the kernel's allocation trace, as tracefs printed it
 //! DIR/ops.strace    the program's system calls (when strace is installed)
+//! DIR/ops.trace     those calls as the lab's operations (`crate::strace`),
+//!                   for `mballoc lab fidelity DIR`
 //! DIR/output        what the program printed (standard output and error)
 //! DIR/record.toml   the command, the kernel, mkfs arguments, mount options, knobs
 //! ```
@@ -67,6 +69,15 @@ pub struct RecordMeta {
     pub lost_events: u64,
     /// Whether `ops.strace` was written.
     pub strace: bool,
+    /// Where the volume was mounted while the program ran.
+    #[serde(default)]
+    pub mount_point: String,
+    /// Operations in `ops.trace` (0 without strace).
+    #[serde(default)]
+    pub operations: usize,
+    /// Calls on the volume the operations could not express, `NAME×COUNT`.
+    #[serde(default)]
+    pub not_modelled: Vec<String>,
 }
 
 impl RecordMeta {
@@ -105,7 +116,7 @@ pub fn record(spec: &RecordSpec) -> Result<RecordMeta, LabError> {
     std::fs::create_dir_all(out).map_err(|e| LabError::io(out.display().to_string(), e))?;
     // The program runs elsewhere: strace needs the full path.
     let out = &out.canonicalize().map_err(|e| LabError::io(out.display().to_string(), e))?;
-    for f in ["image.qcow2", "trace", "ops.strace", "output", "record.toml"] {
+    for f in ["image.qcow2", "trace", "ops.strace", "ops.trace", "output", "record.toml"] {
         let _ = std::fs::remove_file(out.join(f));
     }
     let image =
@@ -148,10 +159,22 @@ pub fn record(spec: &RecordSpec) -> Result<RecordMeta, LabError> {
         });
     }
     output(Command::new("sync").arg("-f").arg(mount.dir()))?;
+    let mount_point = mount.dir().display().to_string();
     drop(mount.unmount().context("unmounting")?);
     let (text, parsed) = recorder.finish()?;
     let p = out.join("trace");
     std::fs::write(&p, &text).map_err(|e| LabError::io(p.display().to_string(), e))?;
+    let (mut operations, mut not_modelled) = (0, Vec::new());
+    if strace {
+        let p = out.join("ops.strace");
+        let calls = std::fs::read_to_string(&p).map_err(|e| LabError::io(p.display().to_string(), e))?;
+        let c = crate::strace::convert(&calls, &mount_point, spec.bytes, spec.block_size);
+        operations = c.trace.streams.iter().map(Vec::len).sum();
+        not_modelled = c.not_modelled.iter().map(|(k, v)| format!("{k}×{v}")).collect();
+        let p = out.join("ops.trace");
+        let mut f = std::fs::File::create(&p).map_err(|e| LabError::io(p.display().to_string(), e))?;
+        c.trace.write(&mut f).map_err(|e| LabError::io(p.display().to_string(), e))?;
+    }
     let meta = RecordMeta {
         command: spec.command.clone(),
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string(),
@@ -163,11 +186,36 @@ pub fn record(spec: &RecordSpec) -> Result<RecordMeta, LabError> {
         requests: parsed.requests().len(),
         lost_events: parsed.lost,
         strace,
+        mount_point,
+        operations,
+        not_modelled,
     };
     let p = out.join("record.toml");
     let text = toml::to_string(&meta).map_err(|e| LabError::Invalid(format!("record.toml: {e}")))?;
     std::fs::write(&p, text).map_err(|e| LabError::io(p.display().to_string(), e))?;
     Ok(meta)
+}
+
+/// A recording as a fidelity case: its program's operations (`ops.trace`)
+/// from its image, ext4 configured as it was and as `over` adds. The image
+/// is expanded for the case and removed when the returned [`Image`] drops.
+pub fn case_of(dir: &Path, over: &crate::settings::Settings) -> Result<(super::Case, Image), LabError> {
+    let meta = RecordMeta::read(dir)?;
+    let ops = dir.join("ops.trace");
+    if !ops.exists() {
+        return Err(LabError::Invalid(format!("{}: no ops.trace (recorded without strace)", dir.display())));
+    }
+    let text = std::fs::read_to_string(&ops).map_err(|e| LabError::io(ops.display().to_string(), e))?;
+    let name = dir.file_name().map_or("recording".into(), |s| s.to_string_lossy().into_owned());
+    let trace = crate::trace::Trace::parse(&text).map_err(|e| LabError::Invalid(format!("{}: {e}", ops.display())))?;
+    let mut case = super::Case::from_trace(&name, trace);
+    case.about = format!("`{}`, recorded", meta.command.join(" "));
+    case.ext4 = meta.ext4();
+    case.ext4.extend(&Ext4Config::from_settings(over));
+    case.ext4.check(over)?;
+    let image = Image::from_qcow2(&dir.join("image.qcow2"))?;
+    case.image = Some(image.path().to_path_buf());
+    Ok((case, image))
 }
 
 fn which(program: &str) -> bool {
