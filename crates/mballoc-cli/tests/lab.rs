@@ -408,7 +408,7 @@ fn a_recorded_program_replays_on_the_engine() {
         "sh",
         "-c",
         "for i in 1 2 3 4 5 6 7 8; do head -c $((i * 40000)) /dev/zero > f$i; done; sync; rm f3 f5; \
-         for i in 1 2 3 4; do head -c 300000 /dev/zero > g$i; done",
+         for i in 1 2 3 4; do head -c 300000 /dev/zero > g$i; done; mv g1 g2; ln g3 h3",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("recorded"), "{}", text(&o));

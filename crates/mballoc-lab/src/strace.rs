@@ -190,11 +190,15 @@ impl Converter {
                     return self.skip("rmdir");
                 }
                 if let Some(rel) = self.path_arg(&args, name == "unlinkat") {
-                    self.sizes.remove(&rel);
-                    self.op(OpKind::Unlink, &rel, 0, 0);
+                    // Only names made as files here (not symlinks, not
+                    // what the volume held before).
+                    if self.sizes.remove(&rel).is_some() {
+                        self.op(OpKind::Unlink, &rel, 0, 0);
+                    }
                 }
             }
             "rmdir" => self.skip("rmdir"),
+            "symlink" | "symlinkat" => self.skip("symlink"),
             "mkdir" | "mkdirat" => {
                 if let Some(rel) = self.path_arg(&args, name == "mkdirat") {
                     self.op(OpKind::Mkdir, &rel, 0, 0);

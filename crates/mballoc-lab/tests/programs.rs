@@ -125,8 +125,8 @@ fn real_programs_replay_on_the_engine() {
             // The file layer: the program's operations (from strace) run
             // again on ext4 and on the engine from the same image. At 4 KiB
             // blocks the directories' blocks (which the engine does not
-            // model) land apart from the data; renames are not compared.
-            if k == 0 && meta.strace && name != "git clone" {
+            // model) land apart from the data.
+            if k == 0 && meta.strace {
                 let (case, _image) = case_of(&out, &Settings::default())
                     .unwrap_or_else(|e| panic!("{name}: {}", mballoc_lab::chain(&e)));
                 let a = mballoc_lab::fidelity::run(&case, None)

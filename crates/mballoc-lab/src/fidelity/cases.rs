@@ -45,17 +45,10 @@ impl Case {
         }
     }
 
-    /// Refuse what the comparison cannot follow yet: a name change moves
-    /// a file between slots, which the two sides' per-slot bookkeeping of
-    /// open handles does not model, and job ordering needs the threaded
-    /// runner while a case runs its streams in turn.
+    /// Refuse what the comparison cannot follow yet: job ordering needs
+    /// the threaded runner while a case runs its streams in turn.
     pub fn check_ops(&self) -> Result<(), LabError> {
-        let bad = self
-            .trace
-            .streams
-            .iter()
-            .flatten()
-            .find(|op| matches!(op.kind, OpKind::Rename | OpKind::Link | OpKind::Wait | OpKind::Signal));
+        let bad = self.trace.streams.iter().flatten().find(|op| matches!(op.kind, OpKind::Wait | OpKind::Signal));
         match bad {
             Some(op) => Err(LabError::Invalid(format!(
                 "{}: lab fidelity does not compare workloads that {} (lab workload runs them on every backend)",

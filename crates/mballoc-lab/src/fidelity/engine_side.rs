@@ -168,8 +168,36 @@ fn apply(
             if open.insert(op.file, false) == Some(true) {
                 fs.close(f)?;
             }
-            fs.unlink(f)?;
             ids.remove(&op.file);
+            // The file goes with its last name.
+            if !ids.values().any(|&x| x == f) {
+                fs.unlink(f)?;
+            }
+        }
+        OpKind::Rename => {
+            // A directory has no file in the engine.
+            let Some(f) = ids.get(&op.file).copied() else { return Ok(()) };
+            if let Some(old) = ids.get(&op.to).copied().filter(|&old| old != f) {
+                // ext4_rename over an existing file allocates the renamed
+                // file's delayed blocks first (auto_da_alloc), so a
+                // replace-by-rename does not leave a zero-length file
+                // after a crash.
+                fs.writeback(f)?;
+                if open.insert(op.to, false) == Some(true) {
+                    fs.close(old)?;
+                }
+                ids.remove(&op.to);
+                if !ids.values().any(|&x| x == old) {
+                    fs.unlink(old)?;
+                }
+            }
+            ids.remove(&op.file);
+            ids.insert(op.to, f);
+            let was_open = open.remove(&op.file).unwrap_or(false);
+            open.insert(op.to, was_open);
+        }
+        OpKind::Link => {
+            ids.insert(op.to, id(ids)?);
         }
         OpKind::Open => {
             let f = id(ids)?;
@@ -184,7 +212,7 @@ fn apply(
         // No directories in the engine; the cases refuse the rest
         // (`Case::check_ops`) before either side runs.
         OpKind::Mkdir => {}
-        OpKind::Rename | OpKind::Link | OpKind::Wait | OpKind::Signal => {
+        OpKind::Wait | OpKind::Signal => {
             unreachable!("refused by Case::check_ops: {}", op.kind.name())
         }
     }

@@ -35,6 +35,14 @@ impl DirtyOrder {
         match op.kind {
             OpKind::Write if !self.0.contains(&op.file) => self.0.push(op.file),
             OpKind::Fsync | OpKind::Unlink => self.0.retain(|&f| f != op.file),
+            // The file keeps its place under its new name; the file it
+            // replaced is gone.
+            OpKind::Rename => {
+                self.0.retain(|&f| f != op.to);
+                if let Some(f) = self.0.iter_mut().find(|f| **f == op.file) {
+                    *f = op.to;
+                }
+            }
             _ => {}
         }
     }
@@ -205,7 +213,17 @@ impl Kernel<'_> {
                 crate::backend::read_range(op.offset, op.len, |buf, at| f.read_at(buf, at)).map_err(io)?;
             }
             OpKind::Mkdir => std::fs::create_dir_all(&path).map_err(io)?,
-            OpKind::Rename | OpKind::Link | OpKind::Wait | OpKind::Signal => {
+            OpKind::Rename => {
+                std::fs::rename(&path, self.path(op.to)).map_err(io)?;
+                // The replaced file's handle closes, as the engine side's
+                // does; the moved file's handle moves with its name.
+                self.open.remove(&op.to);
+                if let Some(f) = self.open.remove(&op.file) {
+                    self.open.insert(op.to, f);
+                }
+            }
+            OpKind::Link => std::fs::hard_link(&path, self.path(op.to)).map_err(io)?,
+            OpKind::Wait | OpKind::Signal => {
                 unreachable!("refused by Case::check_ops: {}", op.kind.name())
             }
         }
