@@ -482,7 +482,8 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 /// A recording in progress; dropping it turns the events off again.
 pub struct Recorder {
     root: PathBuf,
-    dev: (u32, u32),
+    /// The device kept; `None` until [`Recorder::for_device`] names it.
+    dev: Option<(u32, u32)>,
     _guard: crate::cleanup::Guard,
     /// tracefs has one ring buffer and one filter per event: a second
     /// recording would empty the first's buffer and filter out its
@@ -498,9 +499,12 @@ fn write(p: &Path, v: &str) -> Result<(), LabError> {
 }
 
 impl Recorder {
-    /// Start recording device `dev`'s allocation events. Needs root and a
-    /// kernel with tracefs; otherwise [`LabError::Unavailable`].
-    pub fn start(dev: (u32, u32)) -> Result<Recorder, LabError> {
+    /// Start recording device `dev`'s allocation events, or every
+    /// device's (`None`: for a device not mounted yet, whose first events
+    /// would be lost if recording waited for its number; name it with
+    /// [`Recorder::for_device`] before finishing). Needs root and a kernel
+    /// with tracefs; otherwise [`LabError::Unavailable`].
+    pub fn start(dev: Option<(u32, u32)>) -> Result<Recorder, LabError> {
         if !crate::sys::is_root() {
             return Err(LabError::Unavailable("recording tracepoints needs root".into()));
         }
@@ -526,8 +530,8 @@ impl Recorder {
                 write(&root.join("tracing_on"), "0")?;
                 write(&root.join("trace"), "")?;
                 write(&root.join("buffer_size_kb"), "65536")?;
-                // The kernel's dev_t: major << 20 | minor.
-                let filter = format!("dev == {}", (dev.0 << 20) | dev.1);
+                // The kernel's dev_t: major << 20 | minor; "0" clears a filter.
+                let filter = dev.map_or_else(|| "0".to_string(), |d| format!("dev == {}", (d.0 << 20) | d.1));
                 for e in EVENTS {
                     let dir = root.join("events").join(e);
                     write(&dir.join("filter"), &filter)?;
@@ -541,12 +545,18 @@ impl Recorder {
         Ok(r)
     }
 
-    /// Stop; the recording as tracefs printed it, and parsed.
+    /// Keep only device `dev`'s events (of a recording started with none).
+    pub fn for_device(&mut self, dev: (u32, u32)) {
+        self.dev = Some(dev);
+    }
+
+    /// Stop; the recording as tracefs printed it, and parsed (the device
+    /// named, else the first one seen).
     pub fn finish(self) -> Result<(String, KernelTrace), LabError> {
         write(&self.root.join("tracing_on"), "0")?;
         let p = self.root.join("trace");
         let text = std::fs::read_to_string(&p).map_err(|e| LabError::io(p.display().to_string(), e))?;
-        let parsed = KernelTrace::parse(&text, Some(self.dev))?;
+        let parsed = KernelTrace::parse(&text, self.dev)?;
         Ok((text, parsed))
     }
 }

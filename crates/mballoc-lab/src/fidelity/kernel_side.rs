@@ -78,7 +78,7 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
     let root = mount.dir().to_path_buf();
     let names = &case.trace.files;
     let cpu = sys::allowed_cpus().ok().and_then(|c| c.first().copied()).unwrap_or(0);
-    let recorder = Recorder::start(dev)?;
+    let recorder = Recorder::start(Some(dev))?;
     // One thread bound to one CPU: ext4's locality group is the CPU's.
     let applied = std::thread::scope(|s| {
         s.spawn(|| -> Result<(), LabError> {

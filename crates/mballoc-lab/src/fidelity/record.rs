@@ -19,8 +19,8 @@
 //! DIR/record.toml   the command, the kernel, mkfs arguments, mount options, knobs
 //! ```
 //!
-//! Nothing here reads `mb_groups` or waits: the recording starts from a
-//! fresh mount with no buddy built, as a user's program meets ext4, and
+//! Nothing here reads `mb_groups` or waits: the recording starts before
+//! the mount, with no buddy built, as a user's program meets ext4, and
 //! the trace's `ext4_mb_buddy_bitmap_load` events say what ext4 built when.
 
 use super::config::Ext4Config;
@@ -123,14 +123,17 @@ pub fn record(spec: &RecordSpec) -> Result<RecordMeta, LabError> {
         Image::make_with(KernelFs::Ext4, spec.bytes, spec.block_size, &spec.ext4.mkfs).context("making the image")?;
     output(Command::new("e2image").arg("-Q").arg(image.path()).arg(out.join("image.qcow2")))
         .context("keeping the image (e2image -Q)")?;
+    // Recording from before the mount: ext4's background thread may build
+    // buddies at once, and a build the trace missed would leave the replay
+    // believing a built group unbuilt.
+    let mut recorder = Recorder::start(None)?;
     let mount = Mount::from_image(image.path(), &spec.ext4.mount.join(",")).context("mounting the image")?;
     drop(image);
     for (k, v) in &spec.ext4.knobs {
         mount.set_ext4_knob(k, v)?;
     }
-    let dev = device_numbers(&PathBuf::from("/dev").join(mount.device_name()))?;
+    recorder.for_device(device_numbers(&PathBuf::from("/dev").join(mount.device_name()))?);
     let strace = which("strace");
-    let recorder = Recorder::start(dev)?;
     let mut c = if strace {
         let mut c = Command::new("strace");
         c.args(["-f", "-y", "-qq", "-o"]).arg(out.join("ops.strace")).arg("--").args(&spec.command);
