@@ -133,6 +133,17 @@ thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The bytes a kernel backend writes: 1 MiB with every page already
+/// present. A page of the source that is not yet faulted in makes the
+/// kernel's copy come up short; without delayed allocation ext4 then gives
+/// back the blocks it mapped for the write and maps them again (the
+/// failed-write truncate), which is the lab's doing, not the workload's.
+/// A buffer of zeros straight from the allocator is such memory; this one
+/// is written through.
+pub(crate) fn write_buffer() -> Vec<u8> {
+    vec![0xA5; 1 << 20]
+}
+
 /// Read `len` bytes from `offset` through `read_at` (a `pread`: bytes read
 /// into the buffer at an offset, 0 at the end of the file), in pieces of
 /// at most 1 MiB into this thread's buffer, until `len` or the end. Every

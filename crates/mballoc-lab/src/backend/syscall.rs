@@ -17,7 +17,7 @@ pub(crate) struct SyscallFiles {
     files: Vec<RwLock<Option<Arc<File>>>>,
     root: PathBuf,
     names: Vec<String>,
-    zeros: Vec<u8>,
+    data: Vec<u8>,
 }
 
 impl SyscallFiles {
@@ -31,7 +31,12 @@ impl SyscallFiles {
     /// The files of `names` in `root`, which [`SyscallFiles::make_root`]
     /// makes later.
     pub(crate) fn at(root: PathBuf, names: Vec<String>) -> Self {
-        SyscallFiles { files: names.iter().map(|_| RwLock::new(None)).collect(), root, names, zeros: vec![0; 1 << 20] }
+        SyscallFiles {
+            files: names.iter().map(|_| RwLock::new(None)).collect(),
+            root,
+            names,
+            data: super::write_buffer(),
+        }
     }
 
     /// Make the directory if it is missing.
@@ -138,8 +143,8 @@ impl SyscallFiles {
                 let f = self.file(op.file)?;
                 let mut at = 0;
                 while at < op.len {
-                    let n = (op.len - at).min(self.zeros.len() as u64) as usize;
-                    f.write_all_at(&self.zeros[..n], op.offset + at)?;
+                    let n = (op.len - at).min(self.data.len() as u64) as usize;
+                    f.write_all_at(&self.data[..n], op.offset + at)?;
                     at += n as u64;
                 }
             }

@@ -1,6 +1,7 @@
 //! Built-in cases beyond the default configuration: ext4's other
 //! configurations the profile follows (no flex_bg, small groups, linear
-//! scans, a short scan limit, no journal, a RAID stripe), the shapes again at 1 KiB and 2 KiB
+//! scans, a short scan limit, no journal, a RAID stripe, no delayed
+//! allocation), the shapes again at 1 KiB and 2 KiB
 //! blocks, and one regression case per cause fixed in the profile, each
 //! on a shape its setting or rule moves. The shapes at 1 KiB blocks are
 //! those with few names: a directory that outgrows its first block asks
@@ -52,6 +53,28 @@ fn window_shorter_than_request(files: usize) -> Case {
     )
 }
 
+/// Four writers, each writing eight 64 KiB files 16 KiB at a time, the
+/// writers' writes in turn: without delayed allocation every block is its
+/// own request as it is written.
+fn writers_in_turn(files: usize) -> Case {
+    let mut o = Ops::new();
+    for i in 0..files {
+        let names: Vec<String> = (0..4).map(|w| format!("w{w}f{i}")).collect();
+        for n in &names {
+            o.create(n);
+        }
+        for k in 0..4 {
+            for n in &names {
+                o.write(n, k * 16 * KIB, 16 * KIB);
+            }
+        }
+        for n in &names {
+            o.close(n);
+        }
+    }
+    o.case("writers-in-turn", "four writers' 64 KiB files in 16 KiB writes, in turn", GIB, 4096)
+}
+
 /// The configured and regression cases; `quick` keeps each small enough
 /// for CI.
 pub(super) fn cases(quick: bool) -> Vec<Case> {
@@ -93,6 +116,12 @@ pub(super) fn cases(quick: bool) -> Vec<Case> {
             "no-journal",
             "truncate-rewrite on a volume made without a journal: freed blocks reusable at once, not at commit (9 of 12 files agree if the engine waits for the commit)",
             Ext4Config { mkfs: args(&["-O", "^has_journal,^orphan_file"]), ..Default::default() },
+        ),
+        configured(
+            writers_in_turn(8),
+            "no-delalloc",
+            "four writers' 64 KiB files in 16 KiB writes, mounted nodelalloc: each block its own request, at write time",
+            Ext4Config { mount: args(&["nodelalloc"]), ..Default::default() },
         ),
         configured(
             fragmented(),

@@ -83,7 +83,7 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
     let applied = std::thread::scope(|s| {
         s.spawn(|| -> Result<(), LabError> {
             sys::bind_current_thread(cpu).map_err(|e| LabError::io(format!("binding to CPU {cpu}"), e))?;
-            let mut k = Kernel { root: &root, names, open: HashMap::new(), zeros: vec![0; 1 << 20] };
+            let mut k = Kernel { root: &root, names, open: HashMap::new(), data: crate::backend::write_buffer() };
             let mut dirty = DirtyOrder::default();
             for (i, op) in ops.iter().enumerate() {
                 dirty.note(op);
@@ -152,7 +152,7 @@ struct Kernel<'a> {
     root: &'a Path,
     names: &'a [String],
     open: HashMap<u32, File>,
-    zeros: Vec<u8>,
+    data: Vec<u8>,
 }
 
 impl Kernel<'_> {
@@ -180,8 +180,8 @@ impl Kernel<'_> {
                 let f = self.file(op.file)?;
                 let mut at = 0;
                 while at < op.len {
-                    let n = (op.len - at).min(self.zeros.len() as u64) as usize;
-                    f.write_all_at(&self.zeros[..n], op.offset + at).map_err(io)?;
+                    let n = (op.len - at).min(self.data.len() as u64) as usize;
+                    f.write_all_at(&self.data[..n], op.offset + at).map_err(io)?;
                     at += n as u64;
                 }
             }
