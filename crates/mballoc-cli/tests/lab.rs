@@ -239,7 +239,17 @@ fn an_interrupted_fidelity_run_turns_its_tracepoints_off() {
     let _ = std::io::Read::read_to_string(&mut err, &mut rest);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130), "{rest}");
+    // Recordings take turns on tracefs through this lock; holding it, no
+    // other test's recording has the events on.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/mballoc-lab-tracefs.lock")
+        .unwrap();
+    lock.lock().unwrap();
     assert_eq!(std::fs::read_to_string(enable).unwrap().trim(), "0", "{rest}");
+    drop(lock);
     wait_for("the mount to go", Duration::from_secs(10), || lab_leftovers(pid).is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }

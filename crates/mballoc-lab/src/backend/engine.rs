@@ -75,6 +75,8 @@ trait FileOps {
     fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError>;
     fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<(), OpError>;
     fn fsync(&self, f: FileId) -> Result<(), OpError>;
+    /// Write one file's delayed data back now (no commit).
+    fn writeback(&self, f: FileId) -> Result<(), OpError>;
     fn close(&self, f: FileId) -> Result<(), OpError>;
     fn unlink(&self, f: FileId) -> Result<(), OpError>;
 }
@@ -114,6 +116,9 @@ impl FileOps for Fs {
     }
     fn fsync(&self, f: FileId) -> Result<(), OpError> {
         Ok(Fs::fsync(self, f)?)
+    }
+    fn writeback(&self, f: FileId) -> Result<(), OpError> {
+        Ok(Fs::writeback(self, f)?)
     }
     fn close(&self, f: FileId) -> Result<(), OpError> {
         Ok(Fs::close(self, f)?)
@@ -159,6 +164,9 @@ impl FileOps for mballoc_vol::Volume {
     }
     fn fsync(&self, f: FileId) -> Result<(), OpError> {
         Ok(mballoc_vol::Volume::fsync(self, f)?)
+    }
+    fn writeback(&self, f: FileId) -> Result<(), OpError> {
+        Ok(mballoc_vol::Volume::writeback(self, f)?)
     }
     fn close(&self, f: FileId) -> Result<(), OpError> {
         Ok(mballoc_vol::Volume::close(self, f)?)
@@ -232,7 +240,16 @@ impl EngineTarget {
             OpKind::Fsync => files.fsync(id()?)?,
             OpKind::Close => self.dropped(files, self.files.close(op.file)?)?,
             OpKind::Unlink => self.dropped(files, self.files.unlink(op.file)?)?,
-            OpKind::Rename => self.dropped(files, self.files.rename(op.file, op.to)?)?,
+            OpKind::Rename => {
+                // ext4_rename over an existing file allocates the renamed
+                // file's delayed blocks first (auto_da_alloc); the kernel
+                // profile does too.
+                let replaces = self.files.named(op.to).is_some_and(|old| Some(old) != self.files.named(op.file));
+                if replaces && self.fs().config().close == mballoc_fs::CloseBehaviour::Ext4 {
+                    files.writeback(id()?)?;
+                }
+                self.dropped(files, self.files.rename(op.file, op.to)?)?
+            }
             OpKind::Link => self.files.link(op.file, op.to)?,
             // The engine keeps no directories: the names are the slots'.
             OpKind::Mkdir => {}
