@@ -31,10 +31,7 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
     let How { quick, detail, json, keep, require, set } = *how;
     anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
     use mballoc_lab::fidelity::{self, Case, Ext4Config};
-    let mut over = mballoc_lab::settings::Settings::default();
-    for a in set {
-        over.set_str(a)?;
-    }
+    let over = mballoc_lab::settings::Settings::from_assignments(set)?;
     // Refused before anything runs, root or not.
     Ext4Config::from_settings(&over).check(&over)?;
     if !mballoc_lab::sys::is_root() {

@@ -64,16 +64,8 @@ fn parse_block_size(s: &str) -> Result<u32, String> {
     }
 }
 
-fn settings(set: &[String]) -> Result<Settings> {
-    let mut s = Settings::default();
-    for a in set {
-        s.set_str(a)?;
-    }
-    Ok(s)
-}
-
 pub fn run_record(a: &RecordArgs) -> Result<()> {
-    let s = settings(&a.set)?;
+    let s = Settings::from_assignments(&a.set)?;
     if let Some(bad) =
         s.iter().find(|x| x.scope != mballoc_lab::settings::Scope::Kernel(mballoc_lab::mount::KernelFs::Ext4))
     {
@@ -117,7 +109,7 @@ pub fn run_replay(a: &ReplayArgs) -> Result<()> {
             Ok((x.trim().parse()?, y.trim().parse()?))
         })
         .transpose()?;
-    let s = settings(&a.set)?;
+    let s = Settings::from_assignments(&a.set)?;
     let r = mballoc_lab::fidelity::replay::replay_path(&a.trace, a.image.as_deref(), dev, &s)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

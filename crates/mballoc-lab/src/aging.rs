@@ -102,6 +102,18 @@ pub struct Convergence {
     pub deletes: u64,
 }
 
+/// Create (or truncate) `slot` and write `size` bytes into it, 1 MiB at
+/// a time, as a program copying a file in does.
+fn create_and_write(ops: &mut Vec<Op>, slot: u32, size: u64) {
+    ops.push(Op::on(OpKind::Create, slot));
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(1 << 20);
+        ops.push(Op::ranged(OpKind::Write, slot, at, n));
+        at += n;
+    }
+}
+
 fn distance(want: &[f64], got: &[u64]) -> f64 {
     let (tw, tg) = (want.iter().sum::<f64>(), got.iter().sum::<u64>().max(1) as f64);
     0.5 * want.iter().zip(got).map(|(w, g)| (w / tw - *g as f64 / tg).abs()).sum::<f64>()
@@ -195,13 +207,7 @@ pub fn geriatrix(profile: &Profile, volume: u64, block_size: u32, seed: u64) -> 
             ops.push(Op::on(OpKind::Mkdir, slot));
         }
         let slot = names.take(&dir);
-        ops.push(Op::on(OpKind::Create, slot));
-        let mut at = 0;
-        while at < size {
-            let n = (size - at).min(1 << 20);
-            ops.push(Op::ranged(OpKind::Write, slot, at, n));
-            at += n;
-        }
+        create_and_write(&mut ops, slot, size);
         ops.push(Op::on(OpKind::Close, slot));
         let lives = profile.ages[age_of.sample(&mut rng)].0;
         live.push((slot, size, sc, dc, step + lives, dir));
@@ -257,15 +263,6 @@ pub fn git_pulls(
         names.len() as u32 - 1
     };
     let tmp = slot(&mut names, "repo/.tmp".into());
-    let write = |ops: &mut Vec<Op>, s: u32, size: u64| {
-        ops.push(Op::on(OpKind::Create, s));
-        let mut at = 0;
-        while at < size {
-            let n = (size - at).min(1 << 20);
-            ops.push(Op::ranged(OpKind::Write, s, at, n));
-            at += n;
-        }
-    };
     let mut live: Vec<(u32, u64)> = Vec::new();
     let mut budget = volume / 2;
     let mut next = 0u32;
@@ -277,7 +274,7 @@ pub fn git_pulls(
         let size = profile.sizes[size_of.sample(rng)].0.min(*budget / 4).max(u64::from(block_size));
         let s = slot(names, format!("repo/{}/{}", next % 16, next));
         next += 1;
-        write(ops, s, size);
+        create_and_write(ops, s, size);
         ops.push(Op::on(OpKind::Fsync, s));
         ops.push(Op::on(OpKind::Close, s));
         live.push((s, size));
@@ -298,7 +295,7 @@ pub fn git_pulls(
             // Sizes drift as code does: up or down a little, now and then a lot.
             let size = if rng.gen_bool(0.1) { profile.sizes[size_of.sample(&mut rng)].0 } else { old + old / 8 };
             let size = size.min(old + budget / 4).max(u64::from(block_size));
-            write(&mut ops, tmp, size);
+            create_and_write(&mut ops, tmp, size);
             ops.push(Op::on(OpKind::Fsync, tmp));
             ops.push(Op { kind: OpKind::Rename, file: tmp, offset: 0, len: 0, to: s });
             ops.push(Op::on(OpKind::Close, tmp));

@@ -117,15 +117,13 @@ impl Converter {
             "write" | "writev" => self.write_at_offset(arg(0), ret_n),
             "pwrite64" | "pwritev" | "pwritev2" => {
                 // pwrite64(fd, buf, count, offset), pwritev(fd, iov, iovcnt, offset).
-                if let (Some((_, path)), Some(off)) = (decorated(arg(0)), n(arg(3))) {
-                    if let Some(rel) = self.inside(&path) {
-                        self.write(&rel, off, ret_n);
-                    }
+                if let (Some(rel), Some(off)) = (self.fd_file(arg(0)), n(arg(3))) {
+                    self.write(&rel, off, ret_n);
                 }
             }
             "copy_file_range" => match first_number(arg(3)) {
                 Some(off) => {
-                    if let Some(rel) = decorated(arg(2)).and_then(|(_, p)| self.inside(&p)) {
+                    if let Some(rel) = self.fd_file(arg(2)) {
                         self.write(&rel, off, ret_n);
                     }
                 }

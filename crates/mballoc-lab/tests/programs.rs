@@ -21,10 +21,6 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-fn installed(program: &str) -> bool {
-    mballoc_testkit::have(program)
-}
-
 /// The programs, as `(name, command)`; those that cannot run here are
 /// reported and left out.
 fn programs(scratch: &Path, scale: u32) -> Vec<(&'static str, Vec<String>)> {
@@ -49,7 +45,7 @@ fn programs(scratch: &Path, scale: u32) -> Vec<(&'static str, Vec<String>)> {
     cp.extend(["crates", "docs", "examples"].iter().map(|d| ws.join(d).display().to_string()));
     cp.push(s("."));
     out.push(("cp -a", cp));
-    if installed("git") && ws.join(".git").exists() {
+    if mballoc_testkit::have("git") && ws.join(".git").exists() {
         out.push((
             "git clone",
             vec![s("git"), s("clone"), s("-q"), s("--no-local"), ws.display().to_string(), s("repo")],
@@ -63,12 +59,12 @@ fn programs(scratch: &Path, scale: u32) -> Vec<(&'static str, Vec<String>)> {
          c.execute('delete from t where k % 3 = 0')\nc.commit()\nc.execute('vacuum')\nc.close()\n",
         100 * scale
     );
-    if installed("python3") {
+    if mballoc_testkit::have("python3") {
         out.push(("sqlite", vec![s("python3"), s("-c"), sqlite]));
     } else {
         eprintln!("skipped sqlite: needs python3");
     }
-    if installed("fio") {
+    if mballoc_testkit::have("fio") {
         out.push((
             "fio",
             vec![

@@ -105,14 +105,10 @@ impl Allocator {
 
     /// Whether group `g`'s buddy counts as built (always, unless
     /// [`Allocator::unload_buddies`] was called).
+    /// ext4 indexes only built groups, so the passes' index walks pass
+    /// over the others.
     pub fn is_buddy_loaded(&self, g: u32) -> bool {
         self.loads.get().is_none_or(|l| g < self.geo.groups() && l.is_loaded(g))
-    }
-
-    /// Whether the passes' index walks may visit `g` (ext4 indexes only
-    /// built groups).
-    pub(crate) fn indexed(&self, g: u32) -> bool {
-        self.loads.get().is_none_or(|l| l.is_loaded(g))
     }
 
     /// `ext4_mb_good_group_nolock`'s rule for a group not built yet: at

@@ -146,7 +146,7 @@ impl Allocator {
                 Criterion::PowerOf2Aligned => {
                     let lo = ctx.two_order as usize;
                     self.index.walk_linear_like(IndexKind::LargestFreeOrder, lo..=top, start, n, |g| {
-                        if !self.indexed(g) {
+                        if !self.is_buddy_loaded(g) {
                             return false;
                         }
                         // ext4 counts a group its index walk visits, and
@@ -159,7 +159,7 @@ impl Allocator {
                 Criterion::GoalLenFast => {
                     let lo = request_bucket(ctx.goal_len, self.geo.num_orders());
                     self.index.walk_linear_like(IndexKind::AvgFragmentSize, lo..=top, start, n, |g| {
-                        if !self.indexed(g) {
+                        if !self.is_buddy_loaded(g) {
                             return false;
                         }
                         ctx.cr_considered[cr.index()] += 1;
@@ -266,7 +266,7 @@ impl Allocator {
                 }
                 let mut g = lo;
                 while let Some(found) = set.next_in(g, hi) {
-                    if !self.indexed(found) {
+                    if !self.is_buddy_loaded(found) {
                         g = found + 1;
                         continue;
                     }
@@ -289,7 +289,7 @@ impl Allocator {
     fn scan_group(&self, ctx: &mut Ctx, g: u32) {
         let cr = ctx.cr.expect("scan with no pass");
         ctx.cr_considered[cr.index()] += 1;
-        if !self.indexed(g) {
+        if !self.is_buddy_loaded(g) {
             // Only a linear sweep reaches a group ext4 has not built.
             let free = self.groups.summary(g).free;
             if free == 0 || (cr != Criterion::AnyFree && free < ctx.goal_len) || !self.may_build(g, cr.is_cheap()) {

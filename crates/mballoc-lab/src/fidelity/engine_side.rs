@@ -164,32 +164,19 @@ fn apply(
             }
         }
         OpKind::Unlink => {
-            let f = id(ids)?;
-            if open.insert(op.file, false) == Some(true) {
-                fs.close(f)?;
-            }
-            ids.remove(&op.file);
-            // The file goes with its last name.
-            if !ids.values().any(|&x| x == f) {
-                fs.unlink(f)?;
-            }
+            id(ids)?;
+            remove_name(fs, op.file, ids, open)?;
         }
         OpKind::Rename => {
             // A directory has no file in the engine.
             let Some(f) = ids.get(&op.file).copied() else { return Ok(()) };
-            if let Some(old) = ids.get(&op.to).copied().filter(|&old| old != f) {
+            if ids.get(&op.to).is_some_and(|&old| old != f) {
                 // ext4_rename over an existing file allocates the renamed
                 // file's delayed blocks first (auto_da_alloc), so a
                 // replace-by-rename does not leave a zero-length file
                 // after a crash.
                 fs.writeback(f)?;
-                if open.insert(op.to, false) == Some(true) {
-                    fs.close(old)?;
-                }
-                ids.remove(&op.to);
-                if !ids.values().any(|&x| x == old) {
-                    fs.unlink(old)?;
-                }
+                remove_name(fs, op.to, ids, open)?;
             }
             ids.remove(&op.file);
             ids.insert(op.to, f);
@@ -215,6 +202,24 @@ fn apply(
         OpKind::Wait | OpKind::Signal => {
             unreachable!("refused by Case::check_ops: {}", op.kind.name())
         }
+    }
+    Ok(())
+}
+
+/// Take name `slot` away from its file (closing the handle open under it):
+/// the file goes with its last name.
+fn remove_name(
+    fs: &Fs,
+    slot: u32,
+    ids: &mut HashMap<u32, FileId>,
+    open: &mut HashMap<u32, bool>,
+) -> Result<(), mballoc_fs::FsError> {
+    let Some(f) = ids.remove(&slot) else { return Ok(()) };
+    if open.insert(slot, false) == Some(true) {
+        fs.close(f)?;
+    }
+    if !ids.values().any(|&x| x == f) {
+        fs.unlink(f)?;
     }
     Ok(())
 }

@@ -26,8 +26,10 @@
 //! says what else the kernel built (its background prefetch, the prefetch
 //! at the end of a request, frees, reads of `mb_groups`), and the engine
 //! follows it: a load by the requesting task during a request after that
-//! request's search, any other at once. The whole-file figures (layouts, free extents after the
-//! run) need the operations themselves: `mballoc lab fidelity`.
+//! request's search, any other at once.
+//!
+//! The whole-file figures (layouts, free extents after the run) need the
+//! operations themselves: `mballoc lab fidelity`.
 
 use crate::error::LabError;
 use crate::kernel_trace::{Event, Flags, GroupExtent, KernelTrace};

@@ -148,6 +148,16 @@ impl Settings {
         self.list.iter()
     }
 
+    /// Settings from `--set` assignments, each checked, later ones over
+    /// earlier ones.
+    pub fn from_assignments(assignments: &[String]) -> Result<Settings, LabError> {
+        let mut s = Settings::default();
+        for a in assignments {
+            s.set_str(a)?;
+        }
+        Ok(s)
+    }
+
     /// Check and add `scope.key=value`.
     pub fn set_str(&mut self, assignment: &str) -> Result<(), LabError> {
         let s = parse_assignment(assignment)?;
