@@ -8,10 +8,11 @@
 //! block by block, refuses it.
 
 use crate::error::{Ext4Error, Result};
+use crate::inode::{FileType, MappingKind};
 use crate::source::BlockSource;
 use crate::volume::Volume;
 use mballoc::{Allocator, Geometry};
-use mballoc_fs::{ExtentState, FileId, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent};
+use mballoc_fs::{ExtentState, FileId, FileKind, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent};
 use std::collections::HashSet;
 
 /// The engine's geometry for this volume (in clusters).
@@ -91,6 +92,25 @@ pub struct Loaded {
 /// configuration (tunables, placement) before it is built; the geometry
 /// and inodes per group come from the image.
 pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfig)) -> Result<Loaded> {
+    load_carrying(vol, configure, Directories::AsMetadata)
+}
+
+/// What the engine makes of the image's directories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Directories {
+    /// Their blocks are metadata the engine never allocates or frees.
+    AsMetadata,
+    /// Each is a [`FileKind::Directory`](mballoc_fs::FileKind) file of the
+    /// engine, its blocks its own (for [`crate::namespace::load`]).
+    AsFiles,
+}
+
+/// [`load`], with the image's directories carried as `dirs` says.
+pub fn load_carrying<S: BlockSource>(
+    vol: &Volume<S>,
+    configure: impl FnOnce(&mut FsConfig),
+    dirs: Directories,
+) -> Result<Loaded> {
     let sb = vol.superblock();
     if sb.bigalloc() {
         return Err(Ext4Error::Unsupported("loading a bigalloc volume's files into the engine".into()));
@@ -113,8 +133,18 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
     let mut files = Vec::new();
     let mut imported: Vec<ImportedFile> = Vec::new();
     let mut carried = HashSet::new();
-    for e in tree.files() {
-        files.push((e.path.clone(), FileId(u64::from(e.inode.ino))));
+    let carried_kind = |e: &crate::directory::Entry| match e.inode.file_type() {
+        FileType::Regular => Some(FileKind::Regular),
+        FileType::Directory if dirs == Directories::AsFiles && e.map.kind != MappingKind::Inline => {
+            Some(FileKind::Directory)
+        }
+        _ => None,
+    };
+    for e in &tree.entries {
+        let Some(kind) = carried_kind(e) else { continue };
+        if kind == FileKind::Regular {
+            files.push((e.path.clone(), FileId(u64::from(e.inode.ino))));
+        }
         if !carried.insert(e.inode.ino) {
             continue; // another name of a file already carried over
         }
@@ -129,7 +159,7 @@ pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfi
                 state: if x.unwritten { ExtentState::Unwritten } else { ExtentState::Written },
             })
             .collect();
-        imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents });
+        imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents, kind });
     }
     let lowest_free = matches!(cfg.inode_numbers, InodeNumbers::LowestFree { .. });
     let fs = Fs::import(cfg, &bitmaps(vol)?, imported)

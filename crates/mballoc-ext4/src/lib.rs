@@ -52,6 +52,7 @@ pub mod error;
 pub mod group;
 pub mod inode;
 pub mod mapping;
+pub mod namespace;
 pub mod source;
 pub mod superblock;
 pub mod volume;

@@ -130,6 +130,13 @@ pub struct Superblock {
     pub raid_stride: u16,
     /// `s_raid_stripe_width`: blocks per full stripe (mkfs `-E stripe_width`).
     pub raid_stripe_width: u32,
+    /// `s_hash_seed`: the directory-hash seed, as four little-endian words.
+    pub hash_seed: [u32; 4],
+    /// `s_def_hash_version`: the hash a directory gets when it becomes
+    /// indexed (1 = half-MD4, mke2fs's default).
+    pub def_hash_version: u8,
+    /// `s_flags`: 1 = signed directory hash, 2 = unsigned.
+    pub flags: u32,
 }
 
 /// Whether checksums are verified.
@@ -307,6 +314,9 @@ impl Superblock {
             csum_seed,
             groups,
             raid_stride: le16(b, 0x164),
+            hash_seed: [le32(b, 0xEC), le32(b, 0xF0), le32(b, 0xF4), le32(b, 0xF8)],
+            def_hash_version: b[0xFC],
+            flags: le32(b, 0x160),
             raid_stripe_width: le32(b, 0x170),
         };
         let itable_blocks = sb.inode_table_blocks();

@@ -28,6 +28,8 @@ pub enum Purpose {
     Data,
     /// An extent-tree block.
     ExtentTree,
+    /// A directory block.
+    Directory,
 }
 
 /// One request and its answer.

@@ -65,6 +65,12 @@ pub enum FsError {
     #[error("cannot import: {0}")]
     InvalidImport(String),
 
+    /// A directory operation the layer refuses: a name that exists or is
+    /// missing, a file where a directory is needed, or a directory shape
+    /// ext4 reaches that the model does not follow.
+    #[error("directory: {0}")]
+    Directory(String),
+
     /// The attached change log could not make a commit durable.
     #[error("change log: {0}")]
     Log(String),

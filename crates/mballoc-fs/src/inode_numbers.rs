@@ -68,6 +68,38 @@ impl InodePool {
         n.next - 1
     }
 
+    /// The lowest free number in `[lo, hi)`, taken (ext4's search of one
+    /// group's inode bitmap).
+    pub(crate) fn take_in(&self, lo: u64, hi: u64) -> Option<u64> {
+        let lo = lo.max(self.policy.first());
+        let mut n = self.inner.lock();
+        if let Some(&x) = n.freed.range(lo..hi).next() {
+            n.freed.remove(&x);
+            return Some(x);
+        }
+        if n.next >= hi {
+            return None;
+        }
+        let x = n.next.max(lo);
+        if let InodeNumbers::LowestFree { .. } = self.policy {
+            let from = n.next;
+            n.freed.extend(from..x);
+        }
+        n.next = x + 1;
+        Some(x)
+    }
+
+    /// Numbers in `[lo, hi)` in use: handed out and not given back, or
+    /// below the first (reserved).
+    pub(crate) fn used_in(&self, lo: u64, hi: u64) -> u64 {
+        let first = self.policy.first();
+        let n = self.inner.lock();
+        let reserved = first.min(hi).saturating_sub(lo);
+        let (a, b) = (lo.max(first), hi.min(n.next));
+        let issued = if a < b { b - a - n.freed.range(a..b).count() as u64 } else { 0 };
+        reserved + issued
+    }
+
     /// `ino` belongs to an existing file (one carried over from a volume).
     pub(crate) fn mark_used(&self, ino: u64) {
         let mut n = self.inner.lock();
@@ -116,5 +148,22 @@ mod tests {
         s.give_back(12);
         assert_eq!(s.take(), 13);
         assert!(s.was_issued(12) && !s.was_issued(14));
+    }
+
+    #[test]
+    fn numbers_are_taken_and_counted_per_range() {
+        let p = InodePool::new(InodeNumbers::LowestFree { first: 11 });
+        // Group 0 holds 1..=8, group 1 9..=16 (8 per group).
+        assert_eq!(p.used_in(1, 9), 8);
+        assert_eq!(p.take_in(1, 9), None);
+        assert_eq!(p.used_in(9, 17), 2);
+        assert_eq!(p.take_in(9, 17), Some(11));
+        assert_eq!(p.take_in(17, 25), Some(17));
+        // 12..=16 were skipped and stay free, lowest first.
+        assert_eq!(p.used_in(9, 17), 3);
+        assert_eq!(p.take(), 12);
+        p.give_back(11);
+        assert_eq!(p.take_in(9, 17), Some(11));
+        assert_eq!(p.used_in(17, 25), 1);
     }
 }

@@ -84,6 +84,7 @@ mod fs;
 mod id_hash;
 mod inode_numbers;
 mod journal;
+mod namespace;
 mod normalize;
 mod percpu;
 mod prealloc;
@@ -97,12 +98,15 @@ pub use config::{CloseBehaviour, ExtentTreeBlocks, FreeReuse, FsConfig, PunchBeh
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN};
 pub use fs::{
-    FallocateMode, FiemapExtent, FiemapKind, FileId, Fs, FsStats, ImportedFile, StreamPlacement, APPEND_WINDOW_MAX,
+    FallocateMode, FiemapExtent, FiemapKind, FileId, FileKind, Fs, FsStats, ImportedFile, StreamPlacement,
+    APPEND_WINDOW_MAX,
 };
 pub use id_hash::{IdHasher, IdMap};
 pub use inode_numbers::{InodeNumbers, FIRST_INO};
 pub use journal::JournalStats;
 pub use mballoc::Concurrency;
+pub use namespace::dirhash::{half_md4, HashChars};
+pub use namespace::{DirFormat, DirHash, DirLayout, Ext4Namespace, LayoutError, Record, Removed};
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};
 pub use ranges::RangeSet;
 pub use view::{AllocatorView, FsView};

@@ -283,7 +283,12 @@ impl Volume {
             .files
             .iter()
             .filter(|(&ino, _)| ino != crate::format::ROOT_INO)
-            .map(|(&ino, f)| ImportedFile { ino, size: f.size, extents: engine_extents(f) })
+            .map(|(&ino, f)| ImportedFile {
+                ino,
+                size: f.size,
+                extents: engine_extents(f),
+                kind: mballoc_fs::FileKind::Regular,
+            })
             .collect();
         let live = home.state.files.len() as u64;
         // Inodes a crash caught between the engine's create and the name,

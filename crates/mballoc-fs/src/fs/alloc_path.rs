@@ -158,6 +158,9 @@ impl Fs {
         normalize: Normalize,
     ) -> Option<(u64, u32)> {
         let got = self.allocate_inner(node, ino, l, len, normalize);
+        if let Some((_, n, _)) = got {
+            self.ext4_counts.blocks(-i64::from(n));
+        }
         let goal = || self.goal(ino, l);
         if let Some((p, n, ServedBy::InodePreallocation | ServedBy::GroupPreallocation)) = got {
             self.alloc.note_preallocated_request(|| Some(goal()), Extent { start: p, len: n }, len);

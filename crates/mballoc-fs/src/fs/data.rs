@@ -273,6 +273,7 @@ impl Fs {
     /// Send a physical range to the running transaction, split by group
     /// (or, without transactions to wait for, back to the allocator).
     pub(super) fn defer_free(&self, mut start: u64, mut len: u64) {
+        self.ext4_counts.blocks(len as i64);
         if self.config().free_reuse == crate::config::FreeReuse::AtOnce {
             self.alloc.free(start, len).unwrap_or_else(|e| panic!("a file's block is already free: {e}"));
             return;

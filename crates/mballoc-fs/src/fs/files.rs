@@ -1,6 +1,6 @@
 //! Files: create, open, close, unlink, and what FIEMAP would say.
 
-use super::{FiemapExtent, FiemapKind, FileId, FileNode, Fs, Inode};
+use super::{FiemapExtent, FiemapKind, FileId, FileKind, FileNode, Fs, Inode};
 use crate::change_log::Change;
 use crate::config::{CloseBehaviour, ExtentTreeBlocks};
 use crate::error::{FsError, Result};
@@ -20,20 +20,22 @@ impl Fs {
             return Err(FsError::InvalidConfig("inode numbers exhausted".into()));
         }
         self.note(Change::Create { ino: id });
-        self.insert_file(id, 0, ExtentMap::new(), 1);
+        self.ext4_counts.inode(-1, false);
+        self.insert_file(id, FileKind::Regular, 0, ExtentMap::new(), 1);
         self.tick();
         Ok(FileId(id))
     }
 
     /// Enter file `id` into the table. Its home group is its inode's
     /// group, as in ext4; with flex groups of 4 or more, the second group
-    /// of that flex group (ext4 keeps the first for directories).
-    pub(super) fn insert_file(&self, id: u64, size: u64, map: ExtentMap, open: u32) {
+    /// of that flex group for a regular file (ext4 keeps the first for
+    /// directories).
+    pub(super) fn insert_file(&self, id: u64, kind: FileKind, size: u64, map: ExtentMap, open: u32) {
         let groups = self.alloc.geometry().groups();
         let inode_group = (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(groups)) as u32;
         let flex = self.cfg.flex_groups;
         let home_group = if flex >= 4 {
-            let g = (inode_group & !(flex - 1)) + 1;
+            let g = (inode_group & !(flex - 1)) + u32::from(kind == FileKind::Regular);
             if g < groups {
                 g
             } else {
@@ -52,6 +54,7 @@ impl Fs {
             dirty_unwritten: RangeSet::new(),
             open,
             home_group,
+            kind,
             on_dirty_list: false,
             unlinked: false,
             truncated_to_zero: false,
@@ -184,6 +187,7 @@ impl Fs {
         self.note(Change::Unlink { ino: f.0 });
         self.release(removed);
         self.discard_inode_pas(&node);
+        self.ext4_counts.inode(1, ino.kind == FileKind::Directory);
         drop(ino);
         self.inodes.give_back(f.0);
         self.tick();

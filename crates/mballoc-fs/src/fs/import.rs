@@ -17,6 +17,8 @@ pub struct ImportedFile {
     pub size: u64,
     /// Extents in logical order.
     pub extents: Vec<MappedExtent>,
+    /// Regular file or directory.
+    pub kind: super::FileKind,
 }
 
 impl Fs {
@@ -87,7 +89,7 @@ impl Fs {
             for e in &f.extents {
                 map.insert(e.logical, e.physical, e.len, e.state);
             }
-            fs.insert_file(f.ino, f.size, map, 0);
+            fs.insert_file(f.ino, f.kind, f.size, map, 0);
             fs.inodes.mark_used(f.ino);
         }
         debug_assert_eq!(fs.check(), Ok(()));

@@ -12,6 +12,8 @@ mod alloc_path;
 mod check;
 mod commit;
 mod data;
+mod dirs;
+mod ext4_counters;
 mod files;
 mod import;
 mod shift;
@@ -62,6 +64,20 @@ pub enum FallocateMode {
     KeepSize,
 }
 
+/// What an inode is: its blocks come through different paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FileKind {
+    /// A regular file: data through delayed allocation, normalization and
+    /// preallocation; blocks sought from the second group of its flex
+    /// group.
+    #[default]
+    Regular,
+    /// A directory: one block at a time as it grows, as metadata (no
+    /// normalization, no preallocation), sought from the first group of
+    /// its flex group, which ext4 keeps for directories.
+    Directory,
+}
+
 /// How a FIEMAP-style extent is backed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FiemapKind {
@@ -94,6 +110,7 @@ struct Inode {
     dirty_unwritten: RangeSet,
     open: u32,
     home_group: u32,
+    kind: FileKind,
     on_dirty_list: bool,
     unlinked: bool,
     /// Truncated to zero since the last close (ext4's
@@ -131,6 +148,8 @@ pub struct Fs {
     files: FileTable<Arc<FileNode>>,
     inodes: InodePool,
     lgs: Vec<Mutex<LocalityGroup>>,
+    /// ext4's per-CPU counts, when a namespace reads them.
+    ext4_counts: ext4_counters::Ext4Counters,
     /// One writer at a time per locality group for writes allocated at
     /// once ([`Fs::write_through`]).
     lg_writers: Vec<Mutex<()>>,
@@ -208,6 +227,7 @@ impl Fs {
             metadata_blocks: cfg.geometry.total_blocks() - free,
             log: None,
             lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
+            ext4_counts: ext4_counters::Ext4Counters::default(),
             lg_writers: (0..cfg.locality_groups).map(|_| Mutex::new(())).collect(),
             alloc,
             inodes: InodePool::new(cfg.inode_numbers),

@@ -40,7 +40,10 @@ impl TreeBlocks for TreeSpace<'_> {
         let goal = req.goal.unwrap_or(self.goal);
         let got = self.fs.alloc.allocate(&req.metadata()).ok();
         match &got {
-            Some(_) => self.fs.space.settle(1),
+            Some(_) => {
+                self.fs.space.settle(1);
+                self.fs.ext4_counts.blocks(-1);
+            }
             None => self.fs.space.unclaim(1),
         }
         self.fs.alloc_log.push(|| AllocEvent {

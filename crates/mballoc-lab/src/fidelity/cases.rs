@@ -6,9 +6,9 @@
 //! refuse to mount before 6.19. Each is a seeded list of operations; a
 //! user's own workload or trace becomes a case with [`Case::from_trace`].
 //!
-//! File names are short and live files few, so the root directory stays
-//! in its first block: directory growth allocates blocks too, and the
-//! engine models files, not directories.
+//! The engine side names files through ext4's directories
+//! ([`mballoc_fs::Ext4Namespace`]), so a case may make directories and
+//! grow them; the regression case `directories-1k` does.
 
 use crate::error::LabError;
 use crate::trace::Trace;
@@ -113,6 +113,16 @@ impl Ops {
     }
     pub(super) fn unlink(&mut self, f: &str) -> &mut Ops {
         self.op(OpKind::Unlink, f, 0, 0)
+    }
+    pub(super) fn mkdir(&mut self, d: &str) -> &mut Ops {
+        self.op(OpKind::Mkdir, d, 0, 0)
+    }
+    /// `from` renamed (or, with `OpKind::Link`, linked) to `to`.
+    pub(super) fn to(&mut self, kind: OpKind, from: &str, to: &str) -> &mut Ops {
+        let to = self.slot(to);
+        self.op(kind, from, 0, 0);
+        self.ops.last_mut().expect("just pushed").to = to;
+        self
     }
 
     pub(super) fn case(self, name: &str, about: &str, volume: u64, block_size: u32) -> Case {

@@ -274,8 +274,9 @@ pub fn compare(name: &str, kernel: &Side, engine: &Side) -> Agreement {
     for (i, r) in engine.requests.iter().enumerate() {
         pending.entry(key(r)).or_default().push_back(i);
     }
-    // A file is the same file by name: the kernel numbers its directories'
-    // inodes too, the engine (which has none) does not.
+    // A file is the same file by name, whatever number each side gave its
+    // inode (they agree while the engine places inodes as ext4 does), so
+    // a misplaced inode still lets its requests be compared.
     let engine_ino: HashMap<&str, u64> = engine.files.iter().map(|(n, i, _)| (n.as_str(), *i)).collect();
     let ino_of: HashMap<u64, u64> =
         kernel.files.iter().filter_map(|(n, k, _)| engine_ino.get(n.as_str()).map(|e| (*k, *e))).collect();

@@ -3,13 +3,11 @@
 //! scans, a short scan limit, no journal, a RAID stripe, no delayed
 //! allocation), the shapes again at 1 KiB and 2 KiB
 //! blocks, and one regression case per cause fixed in the profile, each
-//! on a shape its setting or rule moves. The shapes at 1 KiB blocks are
-//! those with few names: a directory that outgrows its first block asks
-//! for a block the engine, which models files and not directories, never
-//! asks for.
+//! on a shape its setting or rule moves.
 
 use super::cases::{fragmented_free, interleaved, near_full, punched, truncate_rewrite, Case, Ops, GIB, KIB, MIB};
 use super::config::Ext4Config;
+use crate::workload::OpKind;
 
 fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
@@ -73,6 +71,47 @@ fn writers_in_turn(files: usize) -> Case {
         }
     }
     o.case("writers-in-turn", "four writers' 64 KiB files in 16 KiB writes, in turn", GIB, 4096)
+}
+
+/// Directories at 1 KiB blocks, where a 512 MiB volume has four flex
+/// groups: three top directories (spread over flex groups by their names'
+/// hash and the groups' counts), three subdirectories each, and in each
+/// `files` small files, enough that the directory outgrows its first
+/// block, becomes indexed and splits its leaves; then a lock file renamed
+/// over `index`, a hard link, every third file unlinked and new names
+/// made in the room they left.
+fn directories(files: usize) -> Case {
+    let mut o = Ops::new();
+    for top in ["src", "docs", "assets"] {
+        o.mkdir(top);
+        for sub in 0..3 {
+            let d = format!("{top}/d{sub}");
+            o.mkdir(&d);
+            let name = |i: usize| format!("{d}/file-{i:04}.txt");
+            for i in 0..files {
+                let f = name(i);
+                o.create(&f).write(&f, 0, (i as u64 % 12 + 1) * KIB).close(&f);
+            }
+            let (index, lock) = (format!("{d}/index"), format!("{d}/index.lock"));
+            o.create(&index).write(&index, 0, 4 * KIB).close(&index);
+            o.create(&lock).write(&lock, 0, 6 * KIB).close(&lock);
+            o.to(OpKind::Rename, &lock, &index);
+            o.to(OpKind::Link, &name(1), &format!("{d}/linked"));
+            for i in (0..files).step_by(3) {
+                o.unlink(&name(i));
+            }
+            for i in 0..files / 3 {
+                let f = format!("{d}/n{i}");
+                o.create(&f).write(&f, 0, 2 * KIB).close(&f);
+            }
+        }
+    }
+    o.case(
+        "directories-1k",
+        "three trees of small files at 1 KiB blocks: inodes placed by Orlov, directories grown and indexed, names renamed, linked and unlinked",
+        512 * MIB,
+        1024,
+    )
 }
 
 /// The configured and regression cases; `quick` keeps each small enough
@@ -150,5 +189,6 @@ pub(super) fn cases(quick: bool) -> Vec<Case> {
             "linear-scan at 2 KiB blocks",
         ),
         window_shorter_than_request(q(8, 4) as usize),
+        directories(q(200, 60) as usize),
     ]
 }

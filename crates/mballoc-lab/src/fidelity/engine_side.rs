@@ -7,7 +7,7 @@ use super::{merge_runs, Case, Request, Run, Side};
 use crate::error::{Context, LabError};
 use crate::workload::{Op, OpKind};
 use mballoc::FoundBy;
-use mballoc_fs::{FallocateMode, FileId, Fs, FsConfig, Purpose, ServedBy};
+use mballoc_fs::{Ext4Namespace, FallocateMode, FileId, Fs, FsConfig, Purpose, Removed, ServedBy};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -23,7 +23,18 @@ pub fn kernel_profile(cfg: &mut FsConfig, possible_cpus: u32) {
 
 /// CPUs the kernel could ever bring online (`/sys/devices/system/cpu/possible`).
 pub fn possible_cpus() -> u32 {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    cpus_listed("/sys/devices/system/cpu/possible")
+}
+
+/// The kernel's `percpu_counter_batch` here: `max(32, 2 × online CPUs)`.
+pub fn percpu_batch() -> u32 {
+    (2 * cpus_listed("/sys/devices/system/cpu/online")).max(32)
+}
+
+/// CPUs in a sysfs CPU list (`0-3,6`); this process's parallelism when
+/// the list cannot be read.
+fn cpus_listed(path: &str) -> u32 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
     let n: u32 = text
         .trim()
         .split(',')
@@ -45,12 +56,17 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     let base = u64::from(vol.superblock().first_data_block);
     let total_blocks = vol.superblock().blocks_count;
     let mut write_mode = crate::backend::WriteMode::Delalloc;
-    let loaded = mballoc_ext4::engine::load(&vol, |cfg| {
-        kernel_profile(cfg, possible_cpus);
-        write_mode = case.ext4.apply_engine(cfg);
-    })
+    let loaded = mballoc_ext4::namespace::load(
+        &vol,
+        |cfg| {
+            kernel_profile(cfg, possible_cpus);
+            write_mode = case.ext4.apply_engine(cfg);
+        },
+        percpu_batch(),
+    )
     .context("loading the image into the engine")?;
-    let fs = loaded.fs;
+    let fs = loaded.loaded.fs;
+    let mut names = Names { ns: loaded.namespace, paths: &case.trace.files };
     if base > 0 && fs.config().tunables.stripe > 0 {
         // ext4 aligns to its block numbers; the engine's start at the
         // first data block (1 with 1 KiB blocks).
@@ -66,7 +82,7 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     let mut dirty = DirtyOrder::default();
     for (i, op) in ops.iter().enumerate() {
         dirty.note(op);
-        apply(&fs, op, write_mode, &mut ids, &mut open)
+        apply(&fs, op, write_mode, &mut names, &mut ids, &mut open)
             .map_err(|e| LabError::from(e).context(format!("operation {} ({})", i + 1, op.kind.name())))?;
     }
     for &slot in dirty.files() {
@@ -84,7 +100,10 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     fs.commit();
     let mut files = Vec::new();
     for (slot, name) in case.trace.files.iter().enumerate() {
-        let Some(&f) = ids.get(&(slot as u32)) else { continue };
+        let Some(f) = ids.get(&(slot as u32)).copied().or_else(|| names.file(slot as u32)) else { continue };
+        if names.ns.is_dir(f) {
+            continue;
+        }
         let runs = fs
             .extents(f)?
             .into_iter()
@@ -129,76 +148,89 @@ fn apply(
     fs: &Fs,
     op: &Op,
     write_mode: crate::backend::WriteMode,
+    names: &mut Names<'_>,
     ids: &mut HashMap<u32, FileId>,
     open: &mut HashMap<u32, bool>,
 ) -> Result<(), mballoc_fs::FsError> {
-    let id = |ids: &HashMap<u32, FileId>| ids.get(&op.file).copied().ok_or(mballoc_fs::FsError::UnknownFile(FileId(0)));
+    let id = |ids: &HashMap<u32, FileId>, names: &Names<'_>| {
+        ids.get(&op.file).copied().or_else(|| names.file(op.file)).ok_or(mballoc_fs::FsError::UnknownFile(FileId(0)))
+    };
     match op.kind {
         OpKind::Create => {
             if open.insert(op.file, false) == Some(true) {
-                fs.close(id(ids)?)?;
+                fs.close(id(ids, names)?)?;
             }
-            match ids.get(&op.file).copied() {
+            match id(ids, names).ok() {
                 Some(f) => {
                     fs.open(f)?;
                     fs.truncate(f, 0)?;
+                    ids.insert(op.file, f);
                 }
                 None => {
-                    ids.insert(op.file, fs.create()?);
+                    let (dir, leaf) = names.parent(op.file)?;
+                    ids.insert(op.file, names.ns.create(fs, dir, leaf)?);
                 }
             }
             open.insert(op.file, true);
         }
         OpKind::Write => match write_mode {
-            crate::backend::WriteMode::Delalloc => fs.write(id(ids)?, op.offset, op.len)?,
-            crate::backend::WriteMode::NoDelalloc => fs.write_through(id(ids)?, op.offset, op.len)?,
+            crate::backend::WriteMode::Delalloc => fs.write(id(ids, names)?, op.offset, op.len)?,
+            crate::backend::WriteMode::NoDelalloc => fs.write_through(id(ids, names)?, op.offset, op.len)?,
         },
-        OpKind::Fallocate => fs.fallocate(id(ids)?, op.offset, op.len, FallocateMode::ExtendSize)?,
-        OpKind::FallocateKeepSize => fs.fallocate(id(ids)?, op.offset, op.len, FallocateMode::KeepSize)?,
-        OpKind::Punch => fs.punch_hole(id(ids)?, op.offset, op.len)?,
-        OpKind::Truncate => fs.truncate(id(ids)?, op.offset)?,
-        OpKind::Fsync => fs.fsync(id(ids)?)?,
+        OpKind::Fallocate => fs.fallocate(id(ids, names)?, op.offset, op.len, FallocateMode::ExtendSize)?,
+        OpKind::FallocateKeepSize => fs.fallocate(id(ids, names)?, op.offset, op.len, FallocateMode::KeepSize)?,
+        OpKind::Punch => fs.punch_hole(id(ids, names)?, op.offset, op.len)?,
+        OpKind::Truncate => fs.truncate(id(ids, names)?, op.offset)?,
+        OpKind::Fsync => fs.fsync(id(ids, names)?)?,
         OpKind::Close => {
             if open.insert(op.file, false) == Some(true) {
-                fs.close(id(ids)?)?;
+                fs.close(id(ids, names)?)?;
             }
         }
         OpKind::Unlink => {
-            id(ids)?;
-            remove_name(fs, op.file, ids, open)?;
+            let (dir, leaf) = names.parent(op.file)?;
+            let removed = names.ns.unlink(fs, dir, leaf)?;
+            drop_name(fs, op.file, removed, ids, open)?;
         }
         OpKind::Rename => {
-            // A directory has no file in the engine.
-            let Some(f) = ids.get(&op.file).copied() else { return Ok(()) };
-            if ids.get(&op.to).is_some_and(|&old| old != f) {
-                // ext4_rename over an existing file allocates the renamed
-                // file's delayed blocks first (auto_da_alloc), so a
-                // replace-by-rename does not leave a zero-length file
-                // after a crash.
-                fs.writeback(f)?;
-                remove_name(fs, op.to, ids, open)?;
+            let (from_dir, from_leaf) = names.parent(op.file)?;
+            let (to_dir, to_leaf) = names.parent(op.to)?;
+            let f = names.ns.lookup(from_dir, from_leaf);
+            let replaced = names.ns.rename(fs, (from_dir, from_leaf), (to_dir, to_leaf))?;
+            if let (Some(f), Some(old)) = (f, replaced) {
+                if !names.ns.is_dir(f) && old.file != f {
+                    // ext4_rename over an existing file allocates the
+                    // renamed file's delayed blocks (auto_da_alloc), so a
+                    // replace-by-rename does not leave a zero-length file
+                    // after a crash.
+                    fs.writeback(f)?;
+                }
+                drop_name(fs, op.to, old, ids, open)?;
             }
-            ids.remove(&op.file);
-            ids.insert(op.to, f);
+            if let Some(f) = ids.remove(&op.file) {
+                ids.insert(op.to, f);
+            }
             let was_open = open.remove(&op.file).unwrap_or(false);
             open.insert(op.to, was_open);
         }
         OpKind::Link => {
-            ids.insert(op.to, id(ids)?);
+            let f = id(ids, names)?;
+            let (dir, leaf) = names.parent(op.to)?;
+            names.ns.link(fs, dir, leaf, f)?;
+            ids.insert(op.to, f);
         }
         OpKind::Open => {
-            let f = id(ids)?;
+            let f = id(ids, names)?;
+            ids.insert(op.file, f);
             if open.insert(op.file, true) != Some(true) {
                 fs.open(f)?;
             }
         }
         OpKind::Read => {
             let bs = fs.block_size();
-            fs.lookup(id(ids)?, op.offset / bs, (op.offset + op.len).div_ceil(bs))?;
+            fs.lookup(id(ids, names)?, op.offset / bs, (op.offset + op.len).div_ceil(bs))?;
         }
-        // No directories in the engine; the cases refuse the rest
-        // (`Case::check_ops`) before either side runs.
-        OpKind::Mkdir => {}
+        OpKind::Mkdir => names.mkdir_all(fs, op.file)?,
         OpKind::Wait | OpKind::Signal => {
             unreachable!("refused by Case::check_ops: {}", op.kind.name())
         }
@@ -206,20 +238,74 @@ fn apply(
     Ok(())
 }
 
-/// Take name `slot` away from its file (closing the handle open under it):
-/// the file goes with its last name.
-fn remove_name(
+/// Name `slot` is gone (`removed` says what it named): its handle
+/// closes, and a file whose last name it was goes.
+fn drop_name(
     fs: &Fs,
     slot: u32,
+    removed: Removed,
     ids: &mut HashMap<u32, FileId>,
     open: &mut HashMap<u32, bool>,
 ) -> Result<(), mballoc_fs::FsError> {
-    let Some(f) = ids.remove(&slot) else { return Ok(()) };
+    ids.remove(&slot);
     if open.insert(slot, false) == Some(true) {
-        fs.close(f)?;
+        fs.close(removed.file)?;
     }
-    if !ids.values().any(|&x| x == f) {
-        fs.unlink(f)?;
+    if removed.last_name && fs.size(removed.file).is_ok() {
+        fs.unlink(removed.file)?;
     }
     Ok(())
+}
+
+/// The case's names, resolved through ext4's namespace.
+struct Names<'a> {
+    ns: Ext4Namespace,
+    paths: &'a [String],
+}
+
+impl<'a> Names<'a> {
+    fn components(&self, slot: u32) -> Vec<&'a [u8]> {
+        self.paths[slot as usize].split('/').filter(|c| !c.is_empty() && *c != ".").map(str::as_bytes).collect()
+    }
+
+    /// The directory holding name `slot`, and its last component.
+    fn parent(&self, slot: u32) -> Result<(FileId, &'a [u8]), mballoc_fs::FsError> {
+        let parts = self.components(slot);
+        let (leaf, dirs) = parts
+            .split_last()
+            .ok_or_else(|| mballoc_fs::FsError::Directory(format!("{:?} names no file", self.paths[slot as usize])))?;
+        let mut at = self.ns.root();
+        for d in dirs {
+            at = self.ns.lookup(at, d).filter(|&f| self.ns.is_dir(f)).ok_or_else(|| {
+                mballoc_fs::FsError::Directory(format!(
+                    "{:?}: no directory {:?}",
+                    self.paths[slot as usize],
+                    String::from_utf8_lossy(d)
+                ))
+            })?;
+        }
+        Ok((at, leaf))
+    }
+
+    /// What name `slot` names now, if anything.
+    fn file(&self, slot: u32) -> Option<FileId> {
+        let (dir, leaf) = self.parent(slot).ok()?;
+        self.ns.lookup(dir, leaf)
+    }
+
+    /// `mkdir -p`: each missing directory of name `slot`, outermost first.
+    fn mkdir_all(&mut self, fs: &Fs, slot: u32) -> Result<(), mballoc_fs::FsError> {
+        let parts: Vec<Vec<u8>> = self.components(slot).into_iter().map(<[u8]>::to_vec).collect();
+        let mut at = self.ns.root();
+        for d in &parts {
+            at = match self.ns.lookup(at, d) {
+                Some(f) if self.ns.is_dir(f) => f,
+                Some(_) => {
+                    return Err(mballoc_fs::FsError::Directory(format!("{:?} is a file", self.paths[slot as usize])))
+                }
+                None => self.ns.mkdir(fs, at, d)?,
+            };
+        }
+        Ok(())
+    }
 }

@@ -111,7 +111,7 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
         let Ok(f) = File::open(&path) else { continue };
         let meta = f.metadata().map_err(|e| LabError::io(path.display().to_string(), e))?;
         if !meta.is_file() {
-            // Directories: the engine models files only.
+            // Directories are compared through their requests.
             continue;
         }
         let ino = meta.ino();
