@@ -420,6 +420,19 @@ pub struct KernelRequest {
 }
 
 /// `"    task-123 [000] ..... 1.2: NAME: BODY"` → `(NAME, BODY)`.
+/// `text` with only device `dev`'s events (comments kept).
+pub(crate) fn only_device(text: &str, dev: (u32, u32)) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let other = event_of(line).and_then(|(_, body)| Fields::new(body).dev()).is_some_and(|d| d != dev);
+        if !other {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 fn event_of(line: &str) -> Option<(&str, &str)> {
     // The event name is the word that ends with ':' after the timestamp.
     let mut rest = line;
@@ -496,6 +509,16 @@ mod tests {
               dd-4 [000] ..... 1.7: ext4_mballoc_prealloc: dev 7,0 inode 13 orig 1/0/1@0 result 1/515/1@0
    ext4lazyinit-77 [001] ..... 1.8: ext4_mb_buddy_bitmap_load: dev 7,0 group 5
 ";
+
+    #[test]
+    fn a_kept_trace_holds_one_device() {
+        let kept = only_device(SAMPLE, (7, 0));
+        assert!(!kept.contains("dev 254,0") && kept.contains("# tracer: nop"));
+        assert_eq!(kept.lines().count(), SAMPLE.lines().count() - 1);
+        // Read later without naming the device, it is the only one there.
+        let other = format!("{}{kept}", SAMPLE.lines().nth(7).unwrap());
+        assert_eq!(KernelTrace::parse(&only_device(&other, (7, 0)), None).unwrap().events.len(), 8);
+    }
 
     #[test]
     fn events_of_one_device_parse() {

@@ -85,7 +85,13 @@ impl Recorder {
     pub fn finish(self) -> Result<(String, KernelTrace), LabError> {
         write(&self.root.join("tracing_on"), "0")?;
         let p = self.root.join("trace");
-        let text = std::fs::read_to_string(&p).map_err(|e| LabError::io(p.display().to_string(), e))?;
+        let mut text = std::fs::read_to_string(&p).map_err(|e| LabError::io(p.display().to_string(), e))?;
+        if let Some(dev) = self.dev {
+            // A recording started before its device existed holds other
+            // devices' first events: the text kept is the device's alone,
+            // so whoever reads it later finds no other.
+            text = super::only_device(&text, dev);
+        }
         let parsed = KernelTrace::parse(&text, self.dev)?;
         Ok((text, parsed))
     }
