@@ -9,6 +9,7 @@
 use crate::fs::StreamPlacement;
 use crate::inode_numbers::InodeNumbers;
 use crate::normalize::Normalization;
+use crate::page_cache::PageCache;
 use mballoc::{Concurrency, Geometry, Tunables};
 
 /// How many blocks one allocation request may map.
@@ -141,6 +142,9 @@ pub struct FsConfig {
     pub punch: PunchBehaviour,
     /// Whether extent-tree blocks come from the allocator.
     pub extent_tree: ExtentTreeBlocks,
+    /// Whether writeback follows the page cache's folios (see
+    /// [`PageCache`]).
+    pub page_cache: PageCache,
     /// When freed blocks may be allocated again.
     pub free_reuse: FreeReuse,
     /// The decisions that differ from ext4's (goal, window, passes, when
@@ -174,6 +178,7 @@ impl FsConfig {
             punch: PunchBehaviour::AsGiven,
             free_reuse: FreeReuse::AtCommit,
             extent_tree: ExtentTreeBlocks::Outside,
+            page_cache: PageCache::Untracked,
             policy: None,
         }
     }
@@ -204,6 +209,7 @@ impl FsConfig {
             punch: PunchBehaviour::Ext4,
             free_reuse: FreeReuse::AtCommit,
             extent_tree: ExtentTreeBlocks::InVolume,
+            page_cache: PageCache::Folios { largest: 2 << 20 },
             ..FsConfig::new(geometry)
         }
     }

@@ -86,6 +86,7 @@ mod inode_numbers;
 mod journal;
 mod namespace;
 mod normalize;
+mod page_cache;
 mod percpu;
 mod prealloc;
 mod ranges;
@@ -108,6 +109,7 @@ pub use mballoc::Concurrency;
 pub use namespace::dirhash::{half_md4, HashChars};
 pub use namespace::{DirFormat, DirHash, DirLayout, Ext4Namespace, LayoutError, Record, Removed};
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};
+pub use page_cache::PageCache;
 pub use ranges::RangeSet;
 pub use view::{AllocatorView, FsView};
 

@@ -99,7 +99,16 @@ impl Fs {
             self.note(Change::Map { ino: ino.id, logical: l, physical, len: got, state: ExtentState::Unwritten });
             self.space.settle(u64::from(got));
             self.release_tree_blocks(freed);
+            let short = u64::from(got) < u64::from(len) && size != RequestSize::WholeRun;
             l += u64::from(got);
+            if short && state == ExtentState::Written {
+                // ext4 maps next the rest of the folio the allocation
+                // ended in, then starts a new piece at its end.
+                let bs = self.block_size();
+                if let Some(resume) = ino.folios.resume_after_short(l * bs) {
+                    piece_end = piece_end.min(resume.div_ceil(bs).max(l));
+                }
+            }
         }
         Ok(())
     }

@@ -55,6 +55,9 @@ impl Fs {
             for (s, e) in unwritten {
                 dirtied += ino.dirty_unwritten.insert(s, e);
             }
+            if let crate::page_cache::PageCache::Folios { largest } = self.cfg.page_cache {
+                ino.folios.write(offset, len, largest);
+            }
             if offset + len > ino.size {
                 ino.size = offset + len;
                 self.note(Change::Size { ino: ino.id, size: ino.size });
@@ -148,6 +151,9 @@ impl Fs {
                 return Ok(());
             }
             let shrink = size < ino.size;
+            if shrink {
+                ino.folios.drop_within(size, u64::MAX);
+            }
             let first = size.div_ceil(self.block_size());
             let removed = if shrink { self.cut(ino, first, u64::MAX) } else { Removed::default() };
             ino.size = size;
@@ -196,6 +202,7 @@ impl Fs {
             }
             let first = offset.div_ceil(self.block_size());
             let end = (offset + len) >> self.block_bits;
+            ino.folios.drop_within(offset, offset + len);
             if first < end {
                 let removed = self.cut(ino, first, end);
                 if !removed.extents.is_empty() {

@@ -59,6 +59,7 @@ impl Fs {
             unlinked: false,
             truncated_to_zero: false,
             tree,
+            folios: Default::default(),
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
         self.files.insert(id, node);

@@ -118,6 +118,8 @@ struct Inode {
     truncated_to_zero: bool,
     /// ext4's extent-tree shape, when its blocks come from the volume.
     tree: Option<Ext4Tree>,
+    /// The page-cache folios its writes made (`PageCache::Folios`).
+    folios: crate::page_cache::Folios,
 }
 
 struct FileNode {

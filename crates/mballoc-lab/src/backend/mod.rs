@@ -141,8 +141,11 @@ thread_local! {
 /// A buffer of zeros straight from the allocator is such memory; this one
 /// is written through.
 pub(crate) fn write_buffer() -> Vec<u8> {
-    vec![0xA5; 1 << 20]
+    vec![0xA5; WRITE_CALL_BYTES as usize]
 }
+
+/// Bytes a kernel backend writes per system call: its write buffer.
+pub(crate) const WRITE_CALL_BYTES: u64 = 1 << 20;
 
 /// Read `len` bytes from `offset` through `read_at` (a `pread`: bytes read
 /// into the buffer at an offset, 0 at the end of the file), in pieces of
