@@ -51,6 +51,8 @@ pub struct Ext4Namespace {
     dirs: HashMap<u64, Dir>,
     /// Names per inode.
     links: HashMap<u64, u32>,
+    /// Each directory's parent.
+    parents: HashMap<u64, FileId>,
     /// Directories per group.
     used_dirs: Vec<u32>,
 }
@@ -102,7 +104,14 @@ impl Ext4Namespace {
             return Err(FsError::InvalidConfig("directory blocks of another size than the volume's".into()));
         }
         fs.start_ext4_counts(percpu_batch, used_dirs.iter().map(|&d| u64::from(d)).sum());
-        Ok(Ext4Namespace { format, root, dirs: HashMap::new(), links: HashMap::new(), used_dirs })
+        Ok(Ext4Namespace {
+            format,
+            root,
+            dirs: HashMap::new(),
+            links: HashMap::new(),
+            parents: HashMap::new(),
+            used_dirs,
+        })
     }
 
     /// Carry over directory `dir` with its entries (`children`), laid out
@@ -117,6 +126,7 @@ impl Ext4Namespace {
         let children: HashMap<Box<[u8]>, FileId> = children.into_iter().map(|(n, f)| (n.into(), f)).collect();
         for f in children.values() {
             *self.links.entry(f.0).or_default() += 1;
+            self.parents.insert(f.0, dir);
         }
         self.links.entry(dir.0).or_insert(1);
         self.dirs.insert(dir.0, Dir { layout, children, last_alloc: None });
@@ -153,6 +163,7 @@ impl Ext4Namespace {
         self.dirs
             .insert(dir.0, Dir { layout: Ok(DirLayout::new(self.format)), children: HashMap::new(), last_alloc: None });
         self.links.insert(dir.0, 1);
+        self.parents.insert(dir.0, parent);
         self.used_dirs[fs.inode_group(dir) as usize] += 1;
         Ok(dir)
     }
@@ -216,13 +227,34 @@ impl Ext4Namespace {
     /// a replaced name pointed at, as [`Ext4Namespace::unlink`] would.
     pub fn rename(&mut self, fs: &Fs, from: (FileId, &[u8]), to: (FileId, &[u8])) -> Result<Option<Removed>> {
         let f = self.lookup(from.0, from.1).ok_or_else(|| missing(from.0, from.1))?;
-        if from.0 == to.0 && from.1 == to.1 {
+        let target = self.lookup(to.0, to.1);
+        if target == Some(f) {
+            // Two names of one inode (or the same name): nothing to do.
             return Ok(None);
         }
-        if !self.is_dir(to.0) {
-            return Err(missing(to.0, to.1));
+        if target.is_none() {
+            self.check_new(to.0, to.1)?;
         }
-        let replaced = match self.lookup(to.0, to.1) {
+        if self.is_dir(f) {
+            // A directory cannot move into itself or below itself.
+            let mut at = Some(to.0);
+            while let Some(d) = at.filter(|&d| d != self.root) {
+                if d == f {
+                    return Err(FsError::Directory(format!("directory {} would move below itself", f.0)));
+                }
+                at = self.parents.get(&d.0).copied();
+            }
+        }
+        if let Some(old) = target {
+            if self.is_dir(old) != self.is_dir(f) {
+                return Err(FsError::Directory(format!(
+                    "a {} cannot replace a {}",
+                    if self.is_dir(f) { "directory" } else { "file" },
+                    if self.is_dir(old) { "directory" } else { "file" }
+                )));
+            }
+        }
+        let replaced = match target {
             Some(old) => {
                 if self.dirs.get(&old.0).is_some_and(|d| !d.children.is_empty()) {
                     return Err(FsError::Directory(format!("directory {} is not empty", old.0)));
@@ -246,6 +278,9 @@ impl Ext4Namespace {
         };
         self.dirs.get_mut(&to.0 .0).expect("checked").children.insert(to.1.into(), f);
         self.remove_entry(from.0, from.1);
+        if self.is_dir(f) {
+            self.parents.insert(f.0, to.0);
+        }
         Ok(replaced)
     }
 
@@ -408,6 +443,18 @@ mod tests {
         assert!(matches!(ns.create(&fs, f, b"x"), Err(FsError::Directory(_))), "a file is no directory");
         assert!(matches!(ns.unlink(&fs, root, b"d"), Err(FsError::Directory(_))), "not empty");
         assert!(matches!(ns.link(&fs, root, b"d2", d), Err(FsError::Directory(_))), "no links to directories");
+        let sub = ns.mkdir(&fs, d, b"sub").unwrap();
+        assert!(matches!(ns.rename(&fs, (root, b"d"), (sub, b"x")), Err(FsError::Directory(_))), "below itself");
+        assert!(
+            matches!(ns.rename(&fs, (d, b"f"), (d, b"sub")), Err(FsError::Directory(_))),
+            "a file over a directory"
+        );
+        assert!(
+            matches!(ns.rename(&fs, (root, b"d"), (d, b"f")), Err(FsError::Directory(_))),
+            "a directory over a file"
+        );
+        assert!(matches!(ns.rename(&fs, (d, b"f"), (root, b"a/b")), Err(FsError::Directory(_))), "a bad new name");
+        ns.unlink(&fs, d, b"sub").unwrap();
         assert_eq!(fs.files().len(), files);
         // Links count names: the file goes with the last.
         ns.link(&fs, root, b"g", f).unwrap();
