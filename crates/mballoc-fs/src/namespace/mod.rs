@@ -202,12 +202,21 @@ impl Ext4Namespace {
     /// layer once no handle holds it.
     pub fn unlink(&mut self, fs: &Fs, parent: FileId, name: &[u8]) -> Result<Removed> {
         let f = self.lookup(parent, name).ok_or_else(|| missing(parent, name))?;
-        if let Some(d) = self.dirs.get(&f.0) {
-            if !d.children.is_empty() {
-                return Err(FsError::Directory(format!("directory {} is not empty", f.0)));
-            }
-        }
+        self.check_removable(f)?;
         self.remove_entry(parent, name);
+        self.drop_link(fs, f)
+    }
+
+    /// A directory that still holds names cannot lose its own.
+    fn check_removable(&self, f: FileId) -> Result<()> {
+        match self.dirs.get(&f.0) {
+            Some(d) if !d.children.is_empty() => Err(FsError::Directory(format!("directory {} is not empty", f.0))),
+            _ => Ok(()),
+        }
+    }
+
+    /// One of `f`'s names is gone; a directory goes with it.
+    fn drop_link(&mut self, fs: &Fs, f: FileId) -> Result<Removed> {
         let links = self.links.get_mut(&f.0).expect("every named inode is counted");
         *links -= 1;
         let last_name = *links == 0;
@@ -217,7 +226,6 @@ impl Ext4Namespace {
         if self.dirs.remove(&f.0).is_some() {
             self.used_dirs[fs.inode_group(f) as usize] -= 1;
             fs.unlink(f)?;
-            return Ok(Removed { file: f, last_name: true });
         }
         Ok(Removed { file: f, last_name })
     }
@@ -256,20 +264,8 @@ impl Ext4Namespace {
         }
         let replaced = match target {
             Some(old) => {
-                if self.dirs.get(&old.0).is_some_and(|d| !d.children.is_empty()) {
-                    return Err(FsError::Directory(format!("directory {} is not empty", old.0)));
-                }
-                let links = self.links.get_mut(&old.0).expect("counted");
-                *links -= 1;
-                let last_name = *links == 0;
-                if last_name {
-                    self.links.remove(&old.0);
-                }
-                if self.dirs.remove(&old.0).is_some() {
-                    self.used_dirs[fs.inode_group(old) as usize] -= 1;
-                    fs.unlink(old)?;
-                }
-                Some(Removed { file: old, last_name })
+                self.check_removable(old)?;
+                Some(self.drop_link(fs, old)?)
             }
             None => {
                 self.add_entry(fs, to.0, to.1)?;
