@@ -103,20 +103,7 @@ impl FileOps for Fs {
     /// Writes carry no data: the engine only places blocks. Without
     /// delayed allocation each block is its own request, as in ext4.
     fn write(&self, f: FileId, offset: u64, len: u64, mode: WriteMode) -> Result<(), OpError> {
-        // In the kernel backends' system calls: each makes its own
-        // page-cache folios, which the kernel profile follows.
-        let mut at = 0;
-        loop {
-            let n = (len - at).min(super::WRITE_CALL_BYTES);
-            match mode {
-                WriteMode::Delalloc => Fs::write(self, f, offset + at, n)?,
-                WriteMode::NoDelalloc => Fs::write_through(self, f, offset + at, n)?,
-            }
-            at += n;
-            if at >= len {
-                return Ok(());
-            }
-        }
+        Ok(mode.write(self, f, offset, len)?)
     }
     fn truncate(&self, f: FileId, size: u64) -> Result<(), OpError> {
         Ok(Fs::truncate(self, f, size)?)

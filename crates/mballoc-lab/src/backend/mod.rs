@@ -147,6 +147,23 @@ pub(crate) fn write_buffer() -> Vec<u8> {
 /// Bytes a kernel backend writes per system call: its write buffer.
 pub(crate) const WRITE_CALL_BYTES: u64 = 1 << 20;
 
+/// A write of `len` bytes at `offset` as the kernel backends issue it:
+/// `call(position, bytes)` once per system call of at most
+/// [`WRITE_CALL_BYTES`] (once, with no bytes, for an empty write). The
+/// engine's writes follow the same calls, since each makes its own
+/// page-cache folios, which the kernel profile follows.
+pub(crate) fn write_calls<E>(offset: u64, len: u64, mut call: impl FnMut(u64, u64) -> Result<(), E>) -> Result<(), E> {
+    let mut at = 0;
+    loop {
+        let n = (len - at).min(WRITE_CALL_BYTES);
+        call(offset + at, n)?;
+        at += n;
+        if at >= len {
+            return Ok(());
+        }
+    }
+}
+
 /// Read `len` bytes from `offset` through `read_at` (a `pread`: bytes read
 /// into the buffer at an offset, 0 at the end of the file), in pieces of
 /// at most 1 MiB into this thread's buffer, until `len` or the end. Every
@@ -178,4 +195,21 @@ pub enum WriteMode {
     Delalloc,
     /// Every write allocated at once (`-o nodelalloc`).
     NoDelalloc,
+}
+
+impl WriteMode {
+    /// A buffered write to the engine in this mode, in the kernel
+    /// backends' system calls ([`write_calls`]).
+    pub(crate) fn write(
+        self,
+        fs: &mballoc_fs::Fs,
+        f: mballoc_fs::FileId,
+        offset: u64,
+        len: u64,
+    ) -> mballoc_fs::Result<()> {
+        write_calls(offset, len, |at, n| match self {
+            WriteMode::Delalloc => fs.write(f, at, n),
+            WriteMode::NoDelalloc => fs.write_through(f, at, n),
+        })
+    }
 }

@@ -141,12 +141,8 @@ impl SyscallFiles {
             OpKind::Punch => sys::fallocate(&*self.file(op.file)?, FallocMode::PunchHole, op.offset, op.len)?,
             OpKind::Write => {
                 let f = self.file(op.file)?;
-                let mut at = 0;
-                while at < op.len {
-                    let n = (op.len - at).min(self.data.len() as u64) as usize;
-                    f.write_all_at(&self.data[..n], op.offset + at)?;
-                    at += n as u64;
-                }
+                let data = &self.data;
+                super::write_calls(op.offset, op.len, |at, n| f.write_all_at(&data[..n as usize], at))?;
             }
             OpKind::Read => {
                 let f = self.file(op.file)?;

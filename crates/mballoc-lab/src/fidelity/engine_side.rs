@@ -173,21 +173,7 @@ fn apply(
             }
             open.insert(op.file, true);
         }
-        OpKind::Write => {
-            // In the kernel side's system calls (its buffer's size): each
-            // makes its own page-cache folios.
-            let f = id(ids, names)?;
-            let chunk = crate::backend::WRITE_CALL_BYTES;
-            let mut at = 0;
-            while at < op.len {
-                let n = (op.len - at).min(chunk);
-                match write_mode {
-                    crate::backend::WriteMode::Delalloc => fs.write(f, op.offset + at, n)?,
-                    crate::backend::WriteMode::NoDelalloc => fs.write_through(f, op.offset + at, n)?,
-                }
-                at += n;
-            }
-        }
+        OpKind::Write => write_mode.write(fs, id(ids, names)?, op.offset, op.len)?,
         OpKind::Fallocate => fs.fallocate(id(ids, names)?, op.offset, op.len, FallocateMode::ExtendSize)?,
         OpKind::FallocateKeepSize => fs.fallocate(id(ids, names)?, op.offset, op.len, FallocateMode::KeepSize)?,
         OpKind::Punch => fs.punch_hole(id(ids, names)?, op.offset, op.len)?,

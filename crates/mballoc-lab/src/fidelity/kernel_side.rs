@@ -178,12 +178,9 @@ impl Kernel<'_> {
             }
             OpKind::Write => {
                 let f = self.file(op.file)?;
-                let mut at = 0;
-                while at < op.len {
-                    let n = (op.len - at).min(self.data.len() as u64) as usize;
-                    f.write_all_at(&self.data[..n], op.offset + at).map_err(io)?;
-                    at += n as u64;
-                }
+                let data = &self.data;
+                crate::backend::write_calls(op.offset, op.len, |at, n| f.write_all_at(&data[..n as usize], at))
+                    .map_err(io)?;
             }
             OpKind::Fallocate => {
                 sys::fallocate(self.file(op.file)?, FallocMode::ExtendSize, op.offset, op.len).map_err(io)?
