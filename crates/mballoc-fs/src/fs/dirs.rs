@@ -4,7 +4,7 @@
 //! allocator reads.
 
 use super::{FileId, FileKind, Fs};
-use crate::alloc_log::{AllocEvent, Purpose, ServedBy};
+use crate::alloc_log::Purpose;
 use crate::change_log::Change;
 use crate::error::{FsError, Result};
 use crate::ext4_tree::Merge;
@@ -100,25 +100,9 @@ impl Fs {
         }
         let bs = self.block_size();
         let l = ino.size / bs;
-        self.space.claim(1)?;
         let goal = self.goal(&ino, l);
-        let got = self.alloc.allocate(&AllocRequest::new(1).goal(goal).metadata());
-        self.alloc_log.push(|| AllocEvent {
-            ino: dir.0,
-            logical: l,
-            len: 1,
-            goal,
-            purpose: Purpose::Directory,
-            result: got.as_ref().ok().map(|a| (a.extent.start, a.extent.len)),
-            served_by: got.as_ref().map_or(ServedBy::Failed, |a| ServedBy::Allocator(a.found_by)),
-        });
-        let physical = match got {
-            Ok(a) => a.extent.start,
-            Err(e) => {
-                self.space.unclaim(1);
-                return Err(e.into());
-            }
-        };
+        let physical =
+            self.allocate_metadata_block(dir.0, l, AllocRequest::new(1).goal(goal), goal, Purpose::Directory)?;
         ino.map.insert(l, physical, 1, ExtentState::Written);
         let freed = if ino.tree.is_some() {
             self.with_tree(&mut ino, |t, s| t.map(l, physical, 1, ExtentState::Written, Merge::Yes, s))
@@ -126,8 +110,6 @@ impl Fs {
             Vec::new()
         };
         self.note(Change::Map { ino: dir.0, logical: l, physical, len: 1, state: ExtentState::Written });
-        self.space.settle(1);
-        self.ext4_counts.blocks(-1);
         self.release_tree_blocks(freed);
         ino.size += bs;
         Ok(())

@@ -32,7 +32,7 @@ impl Fs {
     /// directories).
     pub(super) fn insert_file(&self, id: u64, kind: FileKind, size: u64, map: ExtentMap, open: u32) {
         let groups = self.alloc.geometry().groups();
-        let inode_group = (((id - 1) / u64::from(self.cfg.inodes_per_group)) % u64::from(groups)) as u32;
+        let inode_group = self.inode_group(FileId(id));
         let flex = self.cfg.flex_groups;
         let home_group = if flex >= 4 {
             let g = (inode_group & !(flex - 1)) + u32::from(kind == FileKind::Regular);

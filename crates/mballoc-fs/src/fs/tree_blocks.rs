@@ -28,9 +28,6 @@ impl<'a> TreeSpace<'a> {
 
 impl TreeBlocks for TreeSpace<'_> {
     fn alloc(&mut self, goal: TreeGoal) -> Option<u64> {
-        if self.fs.space.claim(1).is_err() {
-            return None;
-        }
         let total = self.fs.alloc.geometry().total_blocks();
         let req = match goal {
             TreeGoal::Near(b) if b < total => AllocRequest::new(1).goal(b),
@@ -38,24 +35,7 @@ impl TreeBlocks for TreeSpace<'_> {
             _ => AllocRequest::new(1).goal(self.goal),
         };
         let goal = req.goal.unwrap_or(self.goal);
-        let got = self.fs.alloc.allocate(&req.metadata()).ok();
-        match &got {
-            Some(_) => {
-                self.fs.space.settle(1);
-                self.fs.ext4_counts.blocks(-1);
-            }
-            None => self.fs.space.unclaim(1),
-        }
-        self.fs.alloc_log.push(|| AllocEvent {
-            ino: self.ino,
-            logical: 0,
-            len: 1,
-            goal,
-            purpose: Purpose::ExtentTree,
-            result: got.map(|a| (a.extent.start, a.extent.len)),
-            served_by: got.map_or(ServedBy::Failed, |a| ServedBy::Allocator(a.found_by)),
-        });
-        got.map(|a| a.extent.start)
+        self.fs.allocate_metadata_block(self.ino, 0, req, goal, Purpose::ExtentTree).ok()
     }
 
     fn free(&mut self, block: u64) {
@@ -64,6 +44,39 @@ impl TreeBlocks for TreeSpace<'_> {
 }
 
 impl Fs {
+    /// One metadata block for inode `ino` (a tree block, or directory
+    /// block `logical`), as ext4 asks for one: a one-block request
+    /// without `HINT_DATA` (no normalization, no preallocation), promised
+    /// like data (a claim), logged with `goal` and its purpose.
+    pub(super) fn allocate_metadata_block(
+        &self,
+        ino: u64,
+        logical: u64,
+        req: AllocRequest,
+        goal: u64,
+        purpose: Purpose,
+    ) -> crate::error::Result<u64> {
+        self.space.claim(1)?;
+        let got = self.alloc.allocate(&req.metadata());
+        match &got {
+            Ok(_) => {
+                self.space.settle(1);
+                self.ext4_counts.blocks(-1);
+            }
+            Err(_) => self.space.unclaim(1),
+        }
+        self.alloc_log.push(|| AllocEvent {
+            ino,
+            logical,
+            len: 1,
+            goal,
+            purpose,
+            result: got.as_ref().ok().map(|a| (a.extent.start, a.extent.len)),
+            served_by: got.as_ref().map_or(ServedBy::Failed, |a| ServedBy::Allocator(a.found_by)),
+        });
+        Ok(got?.extent.start)
+    }
+
     /// Run `f` on the file's tree, if it has one, with its blocks coming
     /// from and going back to the volume; returns the blocks freed, which
     /// the caller releases once the change that freed them is logged.
