@@ -79,13 +79,12 @@ impl Fs {
     pub(crate) fn start_ext4_counts(&self, batch: u32, dirs: u64) {
         let free_blocks = self.free_blocks_per_group().iter().sum();
         let free_inodes = self.free_inodes_per_group().iter().map(|&n| u64::from(n)).sum();
-        self.ext4_counts.start(batch, super::ext4_counters::SharedCounts { free_blocks, free_inodes, dirs });
+        self.ext4_counts.start(batch, super::SharedCounts { free_blocks, free_inodes, dirs });
     }
 
-    /// The shared values of ext4's per-CPU counts: free inodes, free
-    /// blocks, directories.
-    pub(crate) fn ext4_shared_counts(&self) -> Option<(u64, u64, u64)> {
-        self.ext4_counts.read().map(|c| (c.free_inodes, c.free_blocks, c.dirs))
+    /// The shared values of ext4's per-CPU counts, once started.
+    pub(crate) fn ext4_shared_counts(&self) -> Option<super::SharedCounts> {
+        self.ext4_counts.read()
     }
 
     /// Append one block to directory `dir`, as ext4 grows a directory: a

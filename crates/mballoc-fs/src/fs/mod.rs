@@ -14,6 +14,7 @@ mod commit;
 mod data;
 mod dirs;
 mod ext4_counters;
+pub(crate) use ext4_counters::SharedCounts;
 mod files;
 mod import;
 mod shift;

@@ -57,28 +57,6 @@ pub struct Ext4Namespace {
     used_dirs: Vec<u32>,
 }
 
-struct Counts<'a> {
-    free_inodes: Vec<u32>,
-    free_blocks: Vec<u64>,
-    used_dirs: &'a [u32],
-    shared: Option<(u64, u64, u64)>,
-}
-
-impl GroupCounts for Counts<'_> {
-    fn free_inodes(&self, g: u32) -> u32 {
-        self.free_inodes[g as usize]
-    }
-    fn used_dirs(&self, g: u32) -> u32 {
-        self.used_dirs[g as usize]
-    }
-    fn free_blocks(&self, g: u32) -> u64 {
-        self.free_blocks[g as usize]
-    }
-    fn shared_totals(&self) -> Option<(u64, u64, u64)> {
-        self.shared
-    }
-}
-
 impl Ext4Namespace {
     /// A namespace whose root directory is `root` (a directory the file
     /// layer holds), with `used_dirs[g]` directories in each group (the
@@ -299,7 +277,7 @@ impl Ext4Namespace {
         &mut self,
         fs: &Fs,
         parent: FileId,
-        rule: impl FnOnce(&InodeGeometry, &dyn GroupCounts, Parent) -> Option<u32>,
+        rule: impl FnOnce(&InodeGeometry, &GroupCounts, Parent) -> Option<u32>,
     ) -> Result<u32> {
         let a = fs.allocator();
         let geo = InodeGeometry {
@@ -308,10 +286,10 @@ impl Ext4Namespace {
             blocks_per_group: a.geometry().blocks_per_group(),
             flex: fs.config().flex_groups.max(1),
         };
-        let counts = Counts {
-            free_inodes: fs.free_inodes_per_group(),
-            free_blocks: fs.free_blocks_per_group(),
-            used_dirs: &self.used_dirs,
+        let counts = GroupCounts {
+            inodes: fs.free_inodes_per_group(),
+            blocks: fs.free_blocks_per_group(),
+            dirs: self.used_dirs.clone(),
             shared: fs.ext4_shared_counts(),
         };
         let d = self.dirs.get_mut(&parent.0).expect("checked by the caller");

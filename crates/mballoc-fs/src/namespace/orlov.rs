@@ -13,16 +13,32 @@
 //! its parent's flex group with a free inode. Inside the chosen flex
 //! group, the first group with a free inode is taken.
 
-/// The counts the decision reads, per group.
-pub(crate) trait GroupCounts {
-    fn free_inodes(&self, g: u32) -> u32;
-    fn used_dirs(&self, g: u32) -> u32;
-    fn free_blocks(&self, g: u32) -> u64;
-    /// The volume's free inodes, free blocks and directories as the
-    /// shared values of ext4's per-CPU counters say (which lag behind the
-    /// groups' exact counts); `None`: the exact sums.
-    fn shared_totals(&self) -> Option<(u64, u64, u64)> {
-        None
+use crate::fs::SharedCounts;
+
+/// The counts the decision reads: each group's, and the volume's.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupCounts {
+    /// Free inodes per group.
+    pub inodes: Vec<u32>,
+    /// Free blocks per group.
+    pub blocks: Vec<u64>,
+    /// Directories per group.
+    pub dirs: Vec<u32>,
+    /// The volume's totals as the shared values of ext4's per-CPU
+    /// counters say (which lag behind the groups' exact counts); `None`:
+    /// the exact sums.
+    pub shared: Option<SharedCounts>,
+}
+
+impl GroupCounts {
+    fn free_inodes(&self, g: u32) -> u32 {
+        self.inodes[g as usize]
+    }
+    fn used_dirs(&self, g: u32) -> u32 {
+        self.dirs[g as usize]
+    }
+    fn free_blocks(&self, g: u32) -> u64 {
+        self.blocks[g as usize]
     }
 }
 
@@ -60,7 +76,7 @@ impl InodeGeometry {
         self.groups.div_ceil(self.flex)
     }
 
-    fn stats(&self, c: &dyn GroupCounts, unit: u32) -> Stats {
+    fn stats(&self, c: &GroupCounts, unit: u32) -> Stats {
         let mut s = Stats::default();
         for g in unit * self.flex..((unit + 1) * self.flex).min(self.groups) {
             s.free_inodes += u64::from(c.free_inodes(g));
@@ -70,9 +86,9 @@ impl InodeGeometry {
         s
     }
 
-    fn totals(&self, c: &dyn GroupCounts) -> Stats {
-        if let Some((free_inodes, free_blocks, used_dirs)) = c.shared_totals() {
-            return Stats { free_inodes, free_blocks, used_dirs };
+    fn totals(&self, c: &GroupCounts) -> Stats {
+        if let Some(s) = c.shared {
+            return Stats { free_inodes: s.free_inodes, free_blocks: s.free_blocks, used_dirs: s.dirs };
         }
         let mut s = Stats::default();
         for g in 0..self.groups {
@@ -84,13 +100,13 @@ impl InodeGeometry {
     }
 
     /// The first group of flex group `unit` with a free inode.
-    fn first_with_inode(&self, c: &dyn GroupCounts, unit: u32) -> Option<u32> {
+    fn first_with_inode(&self, c: &GroupCounts, unit: u32) -> Option<u32> {
         (unit * self.flex..((unit + 1) * self.flex).min(self.groups)).find(|&g| c.free_inodes(g) > 0)
     }
 
     /// A directory's group. `name_hash` is the half-MD4 hash of its name
     /// under the volume's seed (used only under a top directory).
-    pub fn dir_group(&self, c: &dyn GroupCounts, parent: Parent, name_hash: u32) -> Option<u32> {
+    pub fn dir_group(&self, c: &GroupCounts, parent: Parent, name_hash: u32) -> Option<u32> {
         let units = self.units();
         let total = self.totals(c);
         let avg_inodes = total.free_inodes / u64::from(units);
@@ -130,7 +146,7 @@ impl InodeGeometry {
 
     /// Any group from the parent's on with at least the average of free
     /// inodes, then any with one.
-    fn fallback(&self, c: &dyn GroupCounts, parent: Parent) -> Option<u32> {
+    fn fallback(&self, c: &GroupCounts, parent: Parent) -> Option<u32> {
         let avg = self.totals(c).free_inodes / u64::from(self.groups);
         let from = |min: u64| {
             (0..self.groups).map(|i| (parent.group + i) % self.groups).find(|&g| {
@@ -142,7 +158,7 @@ impl InodeGeometry {
     }
 
     /// A file's (or any non-directory's) group.
-    pub fn other_group(&self, c: &dyn GroupCounts, parent: Parent) -> Option<u32> {
+    pub fn other_group(&self, c: &GroupCounts, parent: Parent) -> Option<u32> {
         if self.flex > 1 {
             let first_of = |g: u32| (g / self.flex) * self.flex;
             let within =
@@ -182,27 +198,9 @@ impl InodeGeometry {
 mod tests {
     use super::*;
 
-    struct Counts {
-        free_inodes: Vec<u32>,
-        used_dirs: Vec<u32>,
-        free_blocks: Vec<u64>,
-    }
-
-    impl GroupCounts for Counts {
-        fn free_inodes(&self, g: u32) -> u32 {
-            self.free_inodes[g as usize]
-        }
-        fn used_dirs(&self, g: u32) -> u32 {
-            self.used_dirs[g as usize]
-        }
-        fn free_blocks(&self, g: u32) -> u64 {
-            self.free_blocks[g as usize]
-        }
-    }
-
-    fn volume() -> (InodeGeometry, Counts) {
+    fn volume() -> (InodeGeometry, GroupCounts) {
         let geo = InodeGeometry { groups: 64, inodes_per_group: 2048, blocks_per_group: 8192, flex: 16 };
-        let c = Counts { free_inodes: vec![2048; 64], used_dirs: vec![0; 64], free_blocks: vec![8000; 64] };
+        let c = GroupCounts { inodes: vec![2048; 64], dirs: vec![0; 64], blocks: vec![8000; 64], shared: None };
         (geo, c)
     }
 
@@ -213,15 +211,15 @@ mod tests {
     #[test]
     fn top_directories_start_at_their_hash_and_take_the_emptiest_flex_group() {
         let (geo, mut c) = volume();
-        c.used_dirs[0] = 2;
+        c.dirs[0] = 2;
         // Hash 5 starts at flex group 1; every flex group qualifies, the
         // first with the fewest directories (flex 1) wins.
         assert_eq!(geo.dir_group(&c, root(), 5), Some(16));
-        c.used_dirs[16] = 1;
-        c.used_dirs[32] = 1;
+        c.dirs[16] = 1;
+        c.dirs[32] = 1;
         assert_eq!(geo.dir_group(&c, root(), 5), Some(48));
         // A flex group short of free blocks is passed over.
-        c.free_blocks[48] = 0;
+        c.blocks[48] = 0;
         assert_eq!(geo.dir_group(&c, root(), 5), Some(16));
     }
 
@@ -231,10 +229,10 @@ mod tests {
         let parent = Parent { ino: 40_000, group: 19, last_alloc: None, top: false };
         assert_eq!(geo.dir_group(&c, parent, 0), Some(16));
         assert_eq!(geo.other_group(&c, parent), Some(16));
-        c.free_inodes[16] = 0;
+        c.inodes[16] = 0;
         assert_eq!(geo.other_group(&c, parent), Some(17));
         for g in 16..32 {
-            c.free_inodes[g] = 0;
+            c.inodes[g] = 0;
         }
         assert_eq!(geo.other_group(&c, Parent { last_alloc: Some(40), ..parent }), Some(32));
     }
@@ -245,7 +243,7 @@ mod tests {
         geo.flex = 1;
         let parent = Parent { ino: 5, group: 3, last_alloc: None, top: false };
         assert_eq!(geo.other_group(&c, parent), Some(3));
-        c.free_blocks[3] = 0;
+        c.blocks[3] = 0;
         // Start (3 + 5) % 64 = 8, then +1.
         assert_eq!(geo.other_group(&c, parent), Some(9));
     }
