@@ -12,7 +12,7 @@
 //! move to a new block 1, which is split at once into block 2). An
 //! indexed directory puts a name in the leaf its hash selects and, when
 //! that leaf is full, splits it by hash into a new block, the upper half
-//! (by size) moving there.
+//! (by record length, slack included) moving there.
 
 use super::dirhash::{half_md4, HashChars};
 use std::collections::HashMap;
@@ -276,7 +276,8 @@ impl DirLayout {
     }
 
     /// Split leaf `leaf` (index entry `at`) by hash into a new block: the
-    /// entries with the highest hashes, up to half a block by size, move;
+    /// entries with the highest hashes, up to half a block of their
+    /// records' lengths, move;
     /// returns the block a name of hash `hash` now belongs in.
     fn split(&mut self, at: usize, leaf: u32, hash: u32) -> Result<u32, LayoutError> {
         let bs = self.format.block_size;
@@ -286,7 +287,9 @@ impl DirLayout {
             recs.iter().enumerate().filter(|(_, r)| r.live()).map(|(i, r)| (self.format.hash.of(&r.name), i)).collect();
         map.sort_by_key(|&(h, _)| h);
         let count = map.len();
-        let size = |i: usize| entry_len(recs[map[i].1].name.len());
+        // ext4 weighs each entry by its record's length, slack included
+        // (`dx_make_map`), not by the bytes its name needs.
+        let size = |i: usize| recs[map[i].1].rec_len;
         let (mut took, mut moving) = (0u32, 0usize);
         let mut stopped_at = None;
         for i in (0..count).rev() {

@@ -8,7 +8,8 @@
 //! `-O ^flex_bg` (the engine loads the image mkfs made, so it has them);
 //! `-O ^has_journal` (freed blocks reusable at once, `FreeReuse::AtOnce`);
 //! `-E stride,stripe_width` and `stripe=` (`Tunables::stripe`; not on
-//! 1 KiB blocks, whose block 0 is not the allocator's);
+//! 1 KiB blocks, whose block 0 is not the allocator's); `-E hash_seed=`
+//! (the engine reads the directory hash seed from the image);
 //! `nodelalloc` (each block of a write its own request, as
 //! `Fs::write_through`), `mb_optimize_scan=`, and options that move no
 //! block (`noatime`, `nobarrier`, ...); the allocator's knobs by their
@@ -128,9 +129,16 @@ impl Ext4Config {
                 "-E" => match args.next() {
                     Some(e)
                         if e.split(',').all(|x| {
-                            ["lazy_itable_init", "lazy_journal_init", "stride=", "stripe_width=", "stripe-width="]
-                                .iter()
-                                .any(|p| x.starts_with(p))
+                            [
+                                "lazy_itable_init",
+                                "lazy_journal_init",
+                                "stride=",
+                                "stripe_width=",
+                                "stripe-width=",
+                                "hash_seed=",
+                            ]
+                            .iter()
+                            .any(|p| x.starts_with(p))
                         }) => {}
                     Some(e) => return no(format!("ext4.mkfs=-E {e}"), "an extended option the profile does not model"),
                     None => return no("ext4.mkfs=-E".into(), "needs options"),
@@ -252,6 +260,7 @@ mod tests {
             &["ext4.mkfs=-E stride=16,stripe_width=64", "ext4.mount=stripe=32"],
             &["ext4.mount=nodelalloc,noatime"],
             &["ext4.mb_max_to_scan=50", "ext4.mount=mb_optimize_scan=0"],
+            &["ext4.mkfs=-E hash_seed=daf3bc57-6a09-4cc5-b947-bf69b5f8d293"],
         ] {
             let (c, s) = config(ok);
             c.check(&s).unwrap_or_else(|e| panic!("{ok:?}: {e}"));

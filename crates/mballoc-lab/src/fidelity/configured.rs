@@ -114,6 +114,36 @@ fn directories(files: usize) -> Case {
     )
 }
 
+/// One directory at 1 KiB blocks whose names are added, half of them
+/// removed, then added again: the leaves that split now hold records
+/// with slack, and ext4 weighs each entry by its record's length when it
+/// picks the split (`dx_make_map`). The hash seed is fixed so the splits
+/// are the same every run.
+fn directory_splits(files: usize) -> Case {
+    let mut o = Ops::new();
+    o.mkdir("d");
+    let name = |p: &str, i: usize| format!("d/{p}-{i:05}.dat");
+    for i in 0..files {
+        let f = name("a", i);
+        o.create(&f).write(&f, 0, KIB).close(&f);
+    }
+    for i in (0..files).step_by(2) {
+        o.unlink(&name("a", i));
+    }
+    for i in 0..files {
+        let f = name("bb", i);
+        o.create(&f).write(&f, 0, KIB).close(&f);
+    }
+    let mut c = o.case(
+        "directory-splits-1k",
+        "one directory at 1 KiB blocks: names added, half removed, added again; leaves split by their records' lengths",
+        256 * MIB,
+        1024,
+    );
+    c.ext4 = Ext4Config { mkfs: args(&["-E", "hash_seed=daf3bc57-6a09-4cc5-b947-bf69b5f8d293"]), ..Default::default() };
+    c
+}
+
 /// The configured and regression cases; `quick` keeps each small enough
 /// for CI.
 pub(super) fn cases(quick: bool) -> Vec<Case> {
@@ -190,5 +220,6 @@ pub(super) fn cases(quick: bool) -> Vec<Case> {
         ),
         window_shorter_than_request(q(8, 4) as usize),
         directories(q(200, 60) as usize),
+        directory_splits(q(600, 300) as usize),
     ]
 }
