@@ -368,7 +368,7 @@ fn every_workload_op_runs_on_every_backend() {
 #[test]
 fn fidelity_refuses_what_the_profile_cannot_follow_before_running() {
     for (arg, want) in [
-        ("ext4.mkfs=-O bigalloc", "bigalloc"),
+        ("ext4.mkfs=-O quota", "feature"),
         ("ext4.mkfs=-E discard", "extended option"),
         ("engine.mb_max_to_scan=5", "only ext4"),
         ("ext4.mount=commit=5", "timer"),

@@ -3,9 +3,10 @@
 //!
 //! The engine numbers blocks from 0 in group 0; ext4 numbers them from
 //! `s_first_data_block` (1 with 1 KiB blocks). Engine block = ext4 block −
-//! first data block; an engine "block" is an ext4 cluster under bigalloc,
-//! so [`allocator`] handles bigalloc and [`load`], whose files are mapped
-//! block by block, refuses it.
+//! first data block; an engine "block" is an ext4 cluster under bigalloc
+//! ([`FsConfig::cluster_bits`]), whose volumes start at block 0: [`load`]
+//! maps each file's clusters, and refuses a file whose extents split a
+//! cluster between two physical clusters or two states.
 
 use crate::error::{Ext4Error, Result};
 use crate::inode::{FileType, MappingKind};
@@ -50,11 +51,15 @@ pub fn block_uninit_groups<S: BlockSource>(vol: &Volume<S>) -> Vec<u32> {
 
 /// The image's RAID stripe, unless a `stripe=` already chose one, and
 /// ext4's mount-time rounding of the locality-group window up to a
-/// multiple of it (`ext4_mb_init`).
+/// multiple of it (`ext4_mb_init`). The stripe is given in blocks; the
+/// allocator counts clusters, and ext4 turns off a stripe that is not a
+/// whole number of them (since 6.5).
 fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Superblock) {
     if t.stripe == 0 {
         t.stripe = sb.stripe();
     }
+    let ratio = sb.cluster_ratio();
+    t.stripe = if t.stripe.is_multiple_of(ratio) { t.stripe / ratio } else { 0 };
     if t.stripe > 1 {
         t.mb_group_prealloc = t.mb_group_prealloc.div_ceil(t.stripe) * t.stripe;
     }
@@ -112,12 +117,19 @@ pub fn load_carrying<S: BlockSource>(
     dirs: Directories,
 ) -> Result<Loaded> {
     let sb = vol.superblock();
-    if sb.bigalloc() {
-        return Err(Ext4Error::Unsupported("loading a bigalloc volume's files into the engine".into()));
+    let cluster_bits = sb.cluster_ratio().trailing_zeros();
+    if cluster_bits > 0 && sb.first_data_block != 0 {
+        return Err(Ext4Error::Unsupported("a bigalloc volume whose first data block is not 0".into()));
     }
     let geo = geometry(vol)?;
-    let mut cfg = FsConfig::new(geo);
+    let mut cfg = FsConfig::new(geo).with_cluster_bits(cluster_bits);
     configure(&mut cfg);
+    if cfg.cluster_bits != cluster_bits {
+        return Err(Ext4Error::Unsupported(format!(
+            "a configuration for clusters of 2^{} blocks on a volume with clusters of 2^{cluster_bits}",
+            cfg.cluster_bits
+        )));
+    }
     cfg.geometry = geo;
     cfg.inodes_per_group = sb.inodes_per_group;
     if cfg.flex_groups > 1 {
@@ -148,17 +160,16 @@ pub fn load_carrying<S: BlockSource>(
         if !carried.insert(e.inode.ino) {
             continue; // another name of a file already carried over
         }
-        let extents = e
-            .map
-            .extents
-            .iter()
-            .map(|x| MappedExtent {
+        let extents = in_clusters(
+            e.map.extents.iter().map(|x| MappedExtent {
                 logical: x.logical,
                 physical: x.physical - base,
                 len: x.len,
                 state: if x.unwritten { ExtentState::Unwritten } else { ExtentState::Written },
-            })
-            .collect();
+            }),
+            cluster_bits,
+        )
+        .map_err(|why| Ext4Error::Unsupported(format!("{}: {why}", e.path)))?;
         imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents, kind });
     }
     let lowest_free = matches!(cfg.inode_numbers, InodeNumbers::LowestFree { .. });
@@ -172,4 +183,51 @@ pub fn load_carrying<S: BlockSource>(
         }
     }
     Ok(Loaded { fs, files })
+}
+
+/// A file's extents in ext4 blocks as the engine's clusters of
+/// `2^bits` blocks: each block at the same offset in its physical
+/// cluster as in its logical one (ext4's rule), a cluster two extents
+/// share given to the first (the extent count stays ext4's). A cluster split between two physical clusters or two
+/// states has no cluster-sized equivalent and is refused.
+fn in_clusters(
+    extents: impl Iterator<Item = MappedExtent>,
+    bits: u32,
+) -> std::result::Result<Vec<MappedExtent>, String> {
+    if bits == 0 {
+        return Ok(extents.collect());
+    }
+    let mask = (1u64 << bits) - 1;
+    let mut out: Vec<MappedExtent> = Vec::new();
+    for x in extents {
+        if x.logical & mask != x.physical & mask {
+            return Err(format!(
+                "logical block {} lies at another offset of its cluster than physical {}",
+                x.logical, x.physical
+            ));
+        }
+        let first = x.logical >> bits;
+        let last = (x.logical + u64::from(x.len) - 1) >> bits;
+        let mut c = MappedExtent {
+            logical: first,
+            physical: x.physical >> bits,
+            len: (last - first + 1) as u32,
+            state: x.state,
+        };
+        if let Some(prev) = out.last_mut() {
+            if prev.logical_end() > c.logical {
+                // The previous extent ends in this extent's first cluster.
+                if prev.physical_of(c.logical) != c.physical || prev.state != c.state {
+                    return Err(format!("cluster {} holds blocks of two extents that differ", c.logical));
+                }
+                c.logical += 1;
+                c.physical += 1;
+                c.len -= 1;
+            }
+        }
+        if c.len > 0 {
+            out.push(c);
+        }
+    }
+    Ok(out)
 }

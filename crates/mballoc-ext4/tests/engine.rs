@@ -60,12 +60,41 @@ fn the_engine_starts_from_an_image() {
 }
 
 #[test]
-fn bigalloc_loads_the_allocator_but_not_files() {
+fn bigalloc_files_load_as_their_clusters() {
     let Some(bytes) = image("-t ext4 -b 4096 -O bigalloc -C 16384", "64M") else { return };
     let vol = Volume::open(MemSource(bytes), ChecksumPolicy::Verify).unwrap();
     let alloc = engine::allocator(&vol).unwrap();
     let mut free_blocks = 0;
     vol.for_each_free_run(|_, len| free_blocks += len).unwrap();
     assert_eq!(alloc.free_blocks() * u64::from(vol.superblock().cluster_ratio()), free_blocks);
-    assert!(matches!(engine::load(&vol, |_| {}), Err(mballoc_ext4::Ext4Error::Unsupported(_))));
+    let loaded = engine::load(&vol, |_| {}).unwrap();
+    let fs = &loaded.fs;
+    assert_eq!(fs.cluster_bits(), 2);
+    assert_eq!(fs.check(), Ok(()));
+    assert_eq!(loaded.files.len(), 21);
+    // Each file's blocks, in ext4 blocks, are the image's.
+    let tree = vol.walk().unwrap();
+    for e in tree.files() {
+        let id = FileId(u64::from(e.inode.ino));
+        let blocks = |v: Vec<(u64, u64, u64)>| -> Vec<(u64, u64)> {
+            v.into_iter().flat_map(|(l, p, n)| (0..n).map(move |i| (l + i, p + i))).collect()
+        };
+        let ours =
+            blocks(fs.ext4_extents(id).unwrap().iter().map(|x| (x.logical, x.physical, u64::from(x.len))).collect());
+        let theirs = blocks(e.map.extents.iter().map(|x| (x.logical, x.physical, u64::from(x.len))).collect());
+        assert_eq!(ours, theirs, "{}", e.path);
+    }
+    // A configuration for other clusters is refused, not run as this one.
+    let other = engine::load(&vol, |cfg| *cfg = mballoc_fs::FsConfig::kernel(cfg.geometry));
+    assert!(matches!(other, Err(mballoc_ext4::Ext4Error::Unsupported(_))));
+    // The engine goes on in clusters: a new file, a truncate, all freed.
+    let f = fs.create().unwrap();
+    fs.write(f, 0, (1 << 20) + 5000).unwrap();
+    fs.fsync(f).unwrap();
+    let big = loaded.files.iter().find(|(p, _)| p == "/big").unwrap().1;
+    fs.open(big).unwrap();
+    fs.truncate(big, (1 << 20) + 1).unwrap();
+    fs.close(big).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.check(), Ok(()));
 }

@@ -78,7 +78,9 @@ pub enum CloseBehaviour {
     /// ext4's `ext4_release_file`: a close after a truncate to zero writes
     /// the file's delayed data back (`auto_da_alloc`, which protects the
     /// replace-by-truncate pattern), and the last close gives back the
-    /// preallocations only if no delayed data remains.
+    /// preallocations only if no delayed data remains; writeback gives
+    /// them back once it has allocated the last delayed block of a file
+    /// no writer has open (`ext4_da_update_reserve_space`).
     Ext4,
 }
 
@@ -97,8 +99,17 @@ pub enum ExtentTreeBlocks {
 /// How the engine is set up.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
-    /// The volume's shape.
+    /// The volume's shape. Under bigalloc its blocks are clusters.
     pub geometry: Geometry,
+    /// ext4's bigalloc: each of the geometry's blocks is a cluster of
+    /// `2^cluster_bits` ext4 blocks (0: no clusters). The file layer then
+    /// counts files in clusters, as ext4 allocates, reserves and frees
+    /// them, while the decisions ext4 makes in blocks (the stream
+    /// threshold, the window sizes, a directory's growth, the extent
+    /// tree's capacity) are made in blocks. Set it with
+    /// [`FsConfig::with_cluster_bits`], which also scales the
+    /// locality-group window as ext4 does.
+    pub cluster_bits: u32,
     /// Allocator knobs; `mb_stream_req` and `mb_group_prealloc` steer this layer.
     pub tunables: Tunables,
     /// Window sizes for stream requests.
@@ -159,6 +170,7 @@ impl FsConfig {
         let ipg = (u64::from(geometry.blocks_per_group()) * u64::from(geometry.block_size()) / 16384).max(1);
         FsConfig {
             geometry,
+            cluster_bits: 0,
             tunables: Tunables::default(),
             normalization: Normalization::KernelWindows,
             inodes_per_group: ipg.min(u64::from(u32::MAX)) as u32,
@@ -212,5 +224,18 @@ impl FsConfig {
             page_cache: PageCache::Folios { largest: 2 << 20 },
             ..FsConfig::new(geometry)
         }
+    }
+
+    /// The same configuration on a bigalloc volume of `2^cluster_bits`
+    /// blocks per cluster: the locality-group window (in clusters) is
+    /// scaled as `ext4_mb_init` scales it, to `max(window >> bits, 32)`,
+    /// so it stays about 2 MiB for clusters up to 64 KiB.
+    pub fn with_cluster_bits(mut self, cluster_bits: u32) -> Self {
+        if cluster_bits > self.cluster_bits {
+            let scaled = self.tunables.mb_group_prealloc >> (cluster_bits - self.cluster_bits);
+            self.tunables.mb_group_prealloc = scaled.max(32);
+        }
+        self.cluster_bits = cluster_bits;
+        self
     }
 }

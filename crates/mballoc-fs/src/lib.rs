@@ -54,6 +54,17 @@
 //! block; under [`StreamPlacement::Kernel`] they get ext4's placement and
 //! interleave block by block.
 //!
+//! ## Clusters
+//!
+//! On an ext4 volume made with bigalloc ([`FsConfig::cluster_bits`]) the
+//! allocator's blocks are clusters, and so are the file layer's: files are
+//! mapped, reserved, preallocated and freed a cluster at a time, as ext4
+//! does. ext4's own arithmetic in blocks (the stream threshold, window
+//! sizes, the extent tree) stays in blocks (`fs/clusters.rs`), and each
+//! file keeps which of its clusters' blocks it was given, so that
+//! writeback maps them run by run as ext4 does (`fs/cluster_map.rs`) and
+//! a cluster is freed only when no block of the file is left in it.
+//!
 //! ## Concurrency
 //!
 //! Each file has a lock for its data (ext4's `i_data_sem`) and a separate

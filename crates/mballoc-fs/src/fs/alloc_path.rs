@@ -8,7 +8,7 @@ use crate::change_log::Change;
 use crate::config::RequestSize;
 use crate::ext4_tree::Merge;
 use crate::extent_map::ExtentState;
-use crate::normalize::{placement, window_under, Cover, Neighbours, Placement, RequestShape, WindowGeometry};
+use crate::normalize::{placement, window_under, Cover, Neighbours, Placement, RequestShape};
 use crate::prealloc::GroupPa;
 use mballoc::{AllocRequest, Extent};
 use std::sync::atomic::Ordering;
@@ -30,20 +30,25 @@ impl Fs {
     /// transaction's pending frees. Only when a commit that would release
     /// the pending frees cannot be made durable (the attached log failed)
     /// does mapping stop early, saying how far it got.
+    ///
+    /// `run` is the ext4 blocks being mapped, which go into the file's
+    /// extent tree: the same range without bigalloc, and under it the
+    /// kernel's run of blocks that these clusters hold
+    /// (`fs/cluster_map.rs`).
     pub(super) fn map_range(
         &self,
         node: &FileNode,
         ino: &mut Inode,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
+        run: (u64, u64),
         state: ExtentState,
         normalize: Normalize,
     ) -> std::result::Result<(), MapStopped> {
         let bpg = self.alloc.geometry().blocks_per_group();
-        let size = match state {
+        let size = self.request_size_in_clusters(match state {
             ExtentState::Written => self.cfg.writeback_request,
             ExtentState::Unwritten => self.cfg.fallocate_request,
-        };
+        });
         let mut l = start;
         // ext4's writeback maps a bounded piece at a time and asks again for
         // whatever of the piece the allocator did not give, before the next
@@ -82,15 +87,13 @@ impl Fs {
                 }
             };
             ino.map.insert(l, physical, got, state);
-            // Writeback's blocks go into ext4's tree unwritten, unmerged,
-            // until their I/O completes (dioread_nolock); the flush
-            // converts them after.
-            let freed = if ino.tree.is_some() {
-                let (tree_state, merge) = match state {
-                    ExtentState::Written => (ExtentState::Unwritten, Merge::BeforeIo),
-                    ExtentState::Unwritten => (ExtentState::Unwritten, Merge::Yes),
-                };
-                self.with_tree(ino, |t, s| t.map(l, physical, got, tree_state, merge, s))
+            // The run's blocks these clusters hold go into the tree.
+            let cb = self.cluster_bits;
+            let (first, last) = ((l << cb).max(run.0), ((l + u64::from(got)) << cb).min(run.1));
+            let freed = if first < last {
+                let at = (physical << cb) + (first - (l << cb));
+                let (tree_state, merge) = tree_mapping(state);
+                self.tree_map_blocks(ino, first, at, last - first, tree_state, merge)
             } else {
                 Vec::new()
             };
@@ -209,7 +212,8 @@ impl Fs {
         let shape =
             RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
         let t = self.alloc.tunables();
-        let place = placement(&self.cfg.normalization, t.mb_stream_req, t.mb_group_prealloc, &shape);
+        let ext4_shape = self.ext4_shape(ino, l, len);
+        let place = placement(&self.cfg.normalization, t.mb_stream_req, t.mb_group_prealloc, &ext4_shape);
         if normalize == Normalize::No
             && place != Placement::NoPrealloc
             && self.cfg.stream_placement == StreamPlacement::PerFile
@@ -312,16 +316,18 @@ impl Fs {
             left_pa_end,
             right_pa_start,
         };
-        let geo = self.alloc.geometry();
-        let wgeo = WindowGeometry {
-            block_bits: self.block_bits,
-            blocks_per_group: geo.blocks_per_group(),
-            total_blocks: geo.total_blocks(),
-        };
         // A whole dirty run in one request needs a window that covers it.
         let cover =
             if self.cfg.writeback_request == RequestSize::WholeRun { Cover::Request } else { Cover::WindowOnly };
-        let w = window_under(self.alloc.policy(), &self.cfg.normalization, wgeo, &shape, &nb, cover);
+        // ext4 normalizes in blocks, and asks for the clusters they cover.
+        let w = self.window_in_clusters(window_under(
+            self.alloc.policy(),
+            &self.cfg.normalization,
+            self.ext4_window_geometry(),
+            &self.ext4_shape(ino, l, shape.len),
+            &self.ext4_neighbours(nb),
+            cover,
+        ));
         let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
         let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
         let _flight = (wlen > own).then(|| self.track_window());
@@ -411,5 +417,15 @@ impl Fs {
         self.pa_free.local().fetch_add(held as i64, Ordering::AcqRel);
         inc(&self.counters.local().preallocated, held);
         self.alloc.note_preallocation(size, 0);
+    }
+}
+
+/// How newly mapped blocks go into ext4's tree: writeback's unwritten and
+/// unmerged until their I/O completes (dioread_nolock; the flush converts
+/// them after), fallocate's unwritten and merged at once.
+pub(super) fn tree_mapping(state: ExtentState) -> (ExtentState, Merge) {
+    match state {
+        ExtentState::Written => (ExtentState::Unwritten, Merge::BeforeIo),
+        ExtentState::Unwritten => (ExtentState::Unwritten, Merge::Yes),
     }
 }

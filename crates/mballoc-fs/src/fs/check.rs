@@ -44,7 +44,7 @@ impl Fs {
                 mark(e.physical, e.len.into(), &format!("inode {id} extent at logical {}", e.logical))?;
             }
             for b in ino.tree.iter().flat_map(|t| t.blocks()) {
-                mark(b, 1, &format!("inode {id} extent-tree block"))?;
+                mark(b >> self.cluster_bits, 1, &format!("inode {id} extent-tree block"))?;
             }
             for (s, e) in ino.delayed.iter() {
                 if !ino.map.overlapping(s, e).is_empty() {

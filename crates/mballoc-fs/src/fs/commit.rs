@@ -4,7 +4,7 @@
 
 use super::{inc, FileId, FileNode, Fs, Inode, Normalize};
 use crate::change_log::{Change, ChangeLog};
-use crate::config::SyncOrder;
+use crate::config::{CloseBehaviour, SyncOrder};
 use crate::error::{FsError, Result};
 use crate::extent_map::ExtentState;
 use crate::journal::WhenBusy;
@@ -162,44 +162,45 @@ impl Fs {
     pub(super) fn flush(&self, node: &FileNode, ino: &mut Inode) -> Result<()> {
         // ext4 writes back in logical order: delayed runs are allocated,
         // writes into unwritten extents split them first (the split needs
-        // the extent tree as it is at that point).
-        let unwritten: Vec<(u64, u64)> = ino.dirty_unwritten.iter().collect();
+        // the extent tree as it is at that point). The tree counts ext4
+        // blocks, the engine's clusters under bigalloc.
+        let clustered = self.cluster_bits > 0;
+        let dirty_unwritten = if clustered { &ino.ext4_dirty_unwritten } else { &ino.dirty_unwritten };
+        let unwritten: Vec<(u64, u64)> = dirty_unwritten.iter().collect();
         let mut next_unwritten = 0;
-        let split = |fs: &Fs, ino: &mut Inode, upto: u64, next: &mut usize| {
-            while let Some(&(s, e)) = unwritten.get(*next).filter(|r| r.0 < upto) {
+        let mut split = |fs: &Fs, ino: &mut Inode, upto: u64| {
+            while let Some(&(s, e)) = unwritten.get(next_unwritten).filter(|r| r.0 < upto) {
                 let freed = fs.with_tree(ino, |t, sp| t.split_for_write(s, e, sp));
                 fs.release_tree_blocks(freed);
-                *next += 1;
+                next_unwritten += 1;
             }
         };
-        let mut io: Vec<(u64, u64)> = Vec::new();
-        let mut failed = None;
-        loop {
-            let Some((s, e)) = ino.delayed.iter().next() else { break };
-            split(self, ino, s, &mut next_unwritten);
-            inc(&self.counters.local().writeback_runs, 1);
-            let mapped = self.map_range(node, ino, s, e, ExtentState::Written, Normalize::Yes);
-            let done = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e);
-            if done > s {
-                ino.delayed.remove(s, done);
-                self.dirty.fetch_sub(done - s, Ordering::AcqRel);
-                io.push((s, done));
-            }
-            if let Err(stop) = mapped {
-                failed = Some(stop.error);
-                break;
-            }
-        }
+        let allocating = !ino.delayed.is_empty();
+        let (mut io, failed) = if clustered {
+            self.write_back_clusters(node, ino, &mut split)
+        } else {
+            self.write_back_delayed(node, ino, &mut split)
+        };
         if failed.is_none() {
-            split(self, ino, u64::MAX, &mut next_unwritten);
+            if allocating {
+                self.delayed_all_allocated(node, ino);
+            }
+            split(self, ino, u64::MAX);
         }
         // The writes complete: ext4 converts what they covered and merges.
-        let converted = if failed.is_none() { std::mem::take(&mut ino.dirty_unwritten) } else { Default::default() };
-        io.extend(converted.iter());
-        io.sort_unstable();
+        let (converted, converted_blocks) = if failed.is_none() {
+            (std::mem::take(&mut ino.dirty_unwritten), std::mem::take(&mut ino.ext4_dirty_unwritten))
+        } else {
+            Default::default()
+        };
         for (s, e) in converted.iter() {
             ino.map.convert_to_written(s, e);
         }
+        for (s, e) in converted_blocks.iter() {
+            ino.ext4_unwritten.remove(s, e);
+        }
+        io.extend(if clustered { converted_blocks.iter() } else { converted.iter() });
+        io.sort_unstable();
         for (s, e) in io {
             let freed = self.with_tree(ino, |t, sp| t.written(s, e, sp));
             self.release_tree_blocks(freed);
@@ -210,5 +211,43 @@ impl Fs {
         self.dirty.fetch_sub(converted.len(), Ordering::AcqRel);
         ino.on_dirty_list = false;
         Ok(())
+    }
+
+    /// Map each delayed run, in logical order, each after the splits of
+    /// the unwritten extents before it; returns the runs mapped and the
+    /// error that stopped it, if one did.
+    fn write_back_delayed(
+        &self,
+        node: &FileNode,
+        ino: &mut Inode,
+        split: &mut dyn FnMut(&Fs, &mut Inode, u64),
+    ) -> (Vec<(u64, u64)>, Option<FsError>) {
+        let mut io = Vec::new();
+        loop {
+            let Some((s, e)) = ino.delayed.iter().next() else { break };
+            split(self, ino, s);
+            inc(&self.counters.local().writeback_runs, 1);
+            let mapped = self.map_range(node, ino, (s, e), (s, e), ExtentState::Written, Normalize::Yes);
+            let done = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e);
+            if done > s {
+                ino.delayed.remove(s, done);
+                self.dirty.fetch_sub(done - s, Ordering::AcqRel);
+                io.push((s, done));
+            }
+            if let Err(stop) = mapped {
+                return (io, Some(stop.error));
+            }
+        }
+        (io, None)
+    }
+
+    /// Writeback allocated the last of a file's delayed blocks: ext4
+    /// (`ext4_da_update_reserve_space`) gives back the preallocations of
+    /// a file no writer has open, as its last close would have had no
+    /// delayed data waited for them.
+    pub(super) fn delayed_all_allocated(&self, node: &FileNode, ino: &Inode) {
+        if self.cfg.close == CloseBehaviour::Ext4 && ino.open == 0 && ino.delayed.is_empty() {
+            self.discard_inode_pas(node);
+        }
     }
 }

@@ -48,6 +48,7 @@ impl Fs {
             }
             let new: u64 = holes.iter().map(|&(s, e)| e - s - ino.delayed.count_in(s, e)).sum();
             self.space.claim(new)?;
+            self.give_ext4_blocks(ino, offset, len);
             let mut dirtied = new;
             for (s, e) in holes {
                 ino.delayed.insert(s, e);
@@ -55,6 +56,9 @@ impl Fs {
             for (s, e) in unwritten {
                 dirtied += ino.dirty_unwritten.insert(s, e);
             }
+            // Under bigalloc a cluster the engine sees written may hold
+            // unwritten blocks: the file is dirty all the same.
+            let listed = self.dirty_ext4_unwritten(ino, offset, len) > 0;
             if let crate::page_cache::PageCache::Folios { largest } = self.cfg.page_cache {
                 ino.folios.write(offset, len, largest);
             }
@@ -62,7 +66,7 @@ impl Fs {
                 ino.size = offset + len;
                 self.note(Change::Size { ino: ino.id, size: ino.size });
             }
-            if dirtied > 0 {
+            if dirtied > 0 || listed {
                 self.dirty.fetch_add(dirtied, Ordering::AcqRel);
                 if !ino.on_dirty_list {
                     ino.on_dirty_list = true;
@@ -88,10 +92,12 @@ impl Fs {
         if len == 0 {
             return Err(FsError::ZeroLength);
         }
-        let (first, end) = self.block_range(offset, len)?;
-        // ext4 does not grow an fallocate that fits one extent into a
-        // preallocation window.
-        let normalize = if end - first <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
+        self.block_range(offset, len)?;
+        // ext4 does not grow an fallocate that fits one extent (of its
+        // blocks) into a preallocation window.
+        let bs = self.ext4_block_size();
+        let blocks = (offset + len).div_ceil(bs) - offset / bs;
+        let normalize = if blocks <= u64::from(MAX_UNWRITTEN_LEN) { Normalize::No } else { Normalize::Yes };
         self.map_unwritten(f, offset, len, normalize, mode)?;
         self.tick();
         Ok(())
@@ -109,13 +115,16 @@ impl Fs {
     ) -> Result<()> {
         let (first, end) = self.block_range(offset, len)?;
         self.with_inode(f, true, |node, ino| {
+            if self.cluster_bits > 0 {
+                return self.map_unwritten_clusters(node, ino, (offset, len), (first, end), normalize, mode);
+            }
             let holes: Vec<(u64, u64)> =
                 ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).collect();
             let need: u64 = holes.iter().map(|(s, e)| e - s).sum();
             self.space.claim(need)?;
             let mut unmapped = need;
             for (s, e) in holes {
-                let mapped = self.map_range(node, ino, s, e, ExtentState::Unwritten, normalize);
+                let mapped = self.map_range(node, ino, (s, e), (s, e), ExtentState::Unwritten, normalize);
                 unmapped -= mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e) - s;
                 if let Err(stop) = mapped {
                     // Only a log that cannot commit stops a mapping: what
@@ -154,8 +163,13 @@ impl Fs {
             if shrink {
                 ino.folios.drop_within(size, u64::MAX);
             }
-            let first = size.div_ceil(self.block_size());
-            let removed = if shrink { self.cut(ino, first, u64::MAX) } else { Removed::default() };
+            let first_block = size.div_ceil(self.ext4_block_size());
+            let (first, removed) = if shrink {
+                let (first, _, removed) = self.cut_blocks(ino, first_block, u64::MAX);
+                (first, removed)
+            } else {
+                (first_block.div_ceil(1 << self.cluster_bits), Removed::default())
+            };
             ino.size = size;
             // One unit: a crash shows the file before or after, never its
             // blocks gone at the old size.
@@ -200,17 +214,17 @@ impl Fs {
                     len = ino.size.div_ceil(PAGE) * PAGE - offset;
                 }
             }
-            let first = offset.div_ceil(self.block_size());
-            let end = (offset + len) >> self.block_bits;
+            let bs = self.ext4_block_size();
+            let whole_blocks = (offset.div_ceil(bs), (offset + len) / bs);
             ino.folios.drop_within(offset, offset + len);
-            if first < end {
-                let removed = self.cut(ino, first, end);
+            if whole_blocks.0 < whole_blocks.1 {
+                let (first, end, removed) = self.cut_blocks(ino, whole_blocks.0, whole_blocks.1);
                 if !removed.extents.is_empty() {
                     self.note(Change::Unmap { ino: ino.id, first, end });
                 }
                 self.release(removed);
             }
-            if first < end || !ext4 {
+            if whole_blocks.0 < whole_blocks.1 || !ext4 {
                 self.discard_inode_pas(node);
             }
             Ok(())
@@ -231,10 +245,13 @@ impl Fs {
             }
             let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
             self.dirty.fetch_sub(undirtied, Ordering::AcqRel);
+            let cb = self.cluster_bits;
+            ino.ext4_unwritten.remove(first << cb, end << cb);
+            ino.ext4_dirty_unwritten.remove(first << cb, end << cb);
             if ino.map.convert_to_written(first, end) > 0 {
                 let freed = self.with_tree(ino, |t, s| {
-                    t.split_for_write(first, end, s);
-                    t.written(first, end, s);
+                    t.split_for_write(first << cb, end << cb, s);
+                    t.written(first << cb, end << cb, s);
                 });
                 self.release_tree_blocks(freed);
             }
@@ -261,8 +278,13 @@ impl Fs {
         self.space.unclaim(dropped);
         self.dirty.fetch_sub(dropped + undirtied, Ordering::AcqRel);
         let extents = ino.map.remove(first, end);
-        let tree_blocks =
-            if extents.is_empty() { Vec::new() } else { self.with_tree(ino, |t, s| t.remove(first, end, s)) };
+        // Under bigalloc the tree counts ext4 blocks: `cut_blocks` has
+        // taken them out.
+        let tree_blocks = if extents.is_empty() || self.cluster_bits > 0 {
+            Vec::new()
+        } else {
+            self.with_tree(ino, |t, s| t.remove(first, end, s))
+        };
         Removed { extents, tree_blocks }
     }
 

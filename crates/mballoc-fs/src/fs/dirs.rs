@@ -87,9 +87,11 @@ impl Fs {
         self.ext4_counts.read()
     }
 
-    /// Append one block to directory `dir`, as ext4 grows a directory: a
-    /// one-block metadata request whose goal continues the directory's
-    /// last block (else its home group), mapped written.
+    /// Append one ext4 block to directory `dir`, as ext4 grows a
+    /// directory: a one-block metadata request whose goal continues the
+    /// directory's last block (else its home group), mapped written.
+    /// Under bigalloc only a block that starts a cluster asks: the
+    /// others lie in the cluster the directory already holds.
     pub(crate) fn append_directory_block(&self, dir: FileId) -> Result<()> {
         let _op = self.op();
         let node = self.node(dir)?;
@@ -97,18 +99,24 @@ impl Fs {
         if ino.kind != FileKind::Directory || ino.unlinked {
             return Err(FsError::Directory(format!("inode {} is not a directory", dir.0)));
         }
-        let bs = self.block_size();
-        let l = ino.size / bs;
-        let goal = self.goal(&ino, l);
-        let physical =
-            self.allocate_metadata_block(dir.0, l, AllocRequest::new(1).goal(goal), goal, Purpose::Directory)?;
-        ino.map.insert(l, physical, 1, ExtentState::Written);
-        let freed = if ino.tree.is_some() {
-            self.with_tree(&mut ino, |t, s| t.map(l, physical, 1, ExtentState::Written, Merge::Yes, s))
-        } else {
-            Vec::new()
+        let bs = self.ext4_block_size();
+        let cb = self.cluster_bits;
+        let k = ino.size / bs;
+        let l = k >> cb;
+        let at = match ino.map.find(l) {
+            Some(e) => (e.physical_of(l) << cb) + (k - (l << cb)),
+            None => {
+                let goal = self.goal(&ino, l);
+                let req = AllocRequest::new(1).goal(goal);
+                let physical = self.allocate_metadata_block(dir.0, l, req, goal, Purpose::Directory)?;
+                ino.map.insert(l, physical, 1, ExtentState::Written);
+                self.note(Change::Map { ino: dir.0, logical: l, physical, len: 1, state: ExtentState::Written });
+                physical << cb
+            }
         };
-        self.note(Change::Map { ino: dir.0, logical: l, physical, len: 1, state: ExtentState::Written });
+        let size = ino.size;
+        self.give_ext4_blocks(&mut ino, size, bs);
+        let freed = self.tree_map_blocks(&mut ino, k, at, 1, ExtentState::Written, Merge::Yes);
         self.release_tree_blocks(freed);
         ino.size += bs;
         Ok(())

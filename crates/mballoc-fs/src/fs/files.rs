@@ -44,8 +44,18 @@ impl Fs {
         } else {
             inode_group
         };
-        let tree = (self.cfg.extent_tree == ExtentTreeBlocks::InVolume)
-            .then(|| Ext4Tree::packed(self.block_size(), map.iter().map(|e| (e.logical, e.physical, e.len, e.state))));
+        let ext4_blocks = self.ext4_blocks_of(&map, size);
+        let mut ext4_unwritten = RangeSet::new();
+        if self.cluster_bits > 0 {
+            let unwritten = map.iter().filter(|e| e.state == ExtentState::Unwritten);
+            for e in self.block_extents(unwritten, &ext4_blocks) {
+                ext4_unwritten.insert(e.logical, e.logical_end());
+            }
+        }
+        let tree = (self.cfg.extent_tree == ExtentTreeBlocks::InVolume).then(|| {
+            let extents = self.block_extents(map.iter(), &ext4_blocks);
+            Ext4Tree::packed(self.ext4_block_size(), extents.iter().map(|e| (e.logical, e.physical, e.len, e.state)))
+        });
         let inode = Inode {
             id,
             size,
@@ -60,6 +70,10 @@ impl Fs {
             truncated_to_zero: false,
             tree,
             folios: Default::default(),
+            ext4_mapped: ext4_blocks.clone(),
+            ext4_unwritten,
+            ext4_blocks,
+            ext4_dirty_unwritten: RangeSet::new(),
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
         self.files.insert(id, node);
@@ -182,7 +196,7 @@ impl Fs {
         }
         ino.unlinked = true;
         self.files.remove(f.0);
-        let removed = self.cut(&mut ino, 0, u64::MAX);
+        let (_, _, removed) = self.cut_blocks(&mut ino, 0, u64::MAX);
         // One record, which unmaps as it removes: a crash shows the file
         // whole or gone.
         self.note(Change::Unlink { ino: f.0 });

@@ -15,7 +15,9 @@ pub struct ImportedFile {
     pub ino: u64,
     /// Size in bytes.
     pub size: u64,
-    /// Extents in logical order.
+    /// Extents in logical order, in the engine's blocks (clusters under
+    /// bigalloc: the file is taken to hold each cluster's blocks up to
+    /// its size).
     pub extents: Vec<MappedExtent>,
     /// Regular file or directory.
     pub kind: super::FileKind,

@@ -10,6 +10,8 @@
 
 mod alloc_path;
 mod check;
+mod cluster_map;
+mod clusters;
 mod commit;
 mod data;
 mod dirs;
@@ -121,6 +123,19 @@ struct Inode {
     tree: Option<Ext4Tree>,
     /// The page-cache folios its writes made (`PageCache::Folios`).
     folios: crate::page_cache::Folios,
+    /// Under bigalloc, the ext4 blocks the file was given (written or
+    /// fallocated, not since cut): what ext4's extents cover of its
+    /// clusters (`fs/clusters.rs`). Empty without bigalloc.
+    ext4_blocks: RangeSet,
+    /// Under bigalloc, the ext4 blocks its extent tree maps (the rest of
+    /// `ext4_blocks` waits for writeback).
+    ext4_mapped: RangeSet,
+    /// Under bigalloc, the ext4 blocks its tree maps unwritten (fallocated,
+    /// not written since): a cluster may hold written and unwritten ones.
+    ext4_unwritten: RangeSet,
+    /// Under bigalloc, the ext4 blocks written into unwritten extents,
+    /// converted at writeback (`dirty_unwritten` in ext4 blocks).
+    ext4_dirty_unwritten: RangeSet,
 }
 
 struct FileNode {
@@ -147,7 +162,11 @@ struct FileNode {
 pub struct Fs {
     alloc: Allocator,
     cfg: FsConfig,
+    /// log2 of the unit files are counted in: a block, or a cluster
+    /// under bigalloc.
     block_bits: u32,
+    /// log2 of ext4 blocks per unit (0 without bigalloc).
+    cluster_bits: u32,
     files: FileTable<Arc<FileNode>>,
     inodes: InodePool,
     lgs: Vec<Mutex<LocalityGroup>>,
@@ -200,6 +219,14 @@ impl Fs {
         if cfg.inodes_per_group == 0 {
             return Err(FsError::InvalidConfig("inodes_per_group must be positive".into()));
         }
+        // ext4's largest cluster is 1 GiB (`EXT4_MAX_CLUSTER_LOG_SIZE`).
+        if cfg.geometry.block_size().trailing_zeros() + cfg.cluster_bits > 30 {
+            return Err(FsError::InvalidConfig(format!(
+                "clusters of 2^{} blocks of {} bytes exceed ext4's largest cluster, 1 GiB",
+                cfg.cluster_bits,
+                cfg.geometry.block_size()
+            )));
+        }
         if let Normalization::Table(t) = &cfg.normalization {
             if t.largest() > cfg.geometry.blocks_per_group() {
                 return Err(FsError::InvalidConfig(format!(
@@ -226,7 +253,8 @@ impl Fs {
         let free = alloc.free_blocks();
         let concurrency = cfg.concurrency;
         Ok(Fs {
-            block_bits: cfg.geometry.block_size().trailing_zeros(),
+            block_bits: cfg.geometry.block_size().trailing_zeros() + cfg.cluster_bits,
+            cluster_bits: cfg.cluster_bits,
             metadata_blocks: cfg.geometry.total_blocks() - free,
             log: None,
             lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
@@ -266,14 +294,28 @@ impl Fs {
         &self.cfg
     }
 
-    /// Block size in bytes.
+    /// Size in bytes of the blocks files are counted in: ext4's block, or
+    /// under bigalloc ([`FsConfig::cluster_bits`]) its cluster. Every
+    /// logical and physical number, length and count of the engine is
+    /// in these.
     pub fn block_size(&self) -> u64 {
         1 << self.block_bits
     }
 
-    /// Largest file size in bytes.
+    /// log2 of the ext4 blocks in one of the engine's blocks (0 without
+    /// bigalloc).
+    pub fn cluster_bits(&self) -> u32 {
+        self.cluster_bits
+    }
+
+    /// ext4's block size in bytes (the cluster's, without bigalloc).
+    pub fn ext4_block_size(&self) -> u64 {
+        1 << (self.block_bits - self.cluster_bits)
+    }
+
+    /// Largest file size in bytes (ext4's: `EXT_MAX_BLOCKS` of its blocks).
     pub fn max_file_size(&self) -> u64 {
-        MAX_LOGICAL_BLOCKS << self.block_bits
+        MAX_LOGICAL_BLOCKS << (self.block_bits - self.cluster_bits)
     }
 
     /// Blocks that can still be promised to new data (free, counting

@@ -62,15 +62,20 @@ impl Fs {
                     .ok_or(FsError::FileTooLarge { offset: size, len, max: self.max_file_size() })?,
                 _ => return Err(FsError::InvalidRange(format!("{offset}+{len} against a size of {size} bytes"))),
             };
-            if !ino.delayed.is_empty() || !ino.dirty_unwritten.is_empty() {
+            if !ino.delayed.is_empty() || !ino.dirty_unwritten.is_empty() || !self.pending_ext4_blocks(ino).is_empty() {
                 return Err(FsError::InvalidRange("data not yet written back".into()));
             }
             let (first, n) = (offset / bs, len / bs);
             let removed = match how {
-                Shift::Collapse => self.cut(ino, first, first + n),
+                Shift::Collapse => {
+                    let cb = self.cluster_bits();
+                    self.cut_blocks(ino, first << cb, (first + n) << cb).2
+                }
                 Shift::Insert => super::data::Removed::default(),
             };
             let from = if how == Shift::Collapse { first + n } else { first };
+            let by = if how == Shift::Collapse { -(n as i64) } else { n as i64 };
+            self.shift_ext4_blocks(ino, from, by);
             let moved = take_from(self, ino, from);
             let place = |e: &MappedExtent| match how {
                 Shift::Collapse => e.logical - n,
@@ -80,8 +85,11 @@ impl Fs {
             for e in &moved {
                 let logical = place(e);
                 ino.map.insert(logical, e.physical, e.len, e.state);
-                let freed = self.with_tree(ino, |t, s| t.map(logical, e.physical, e.len, e.state, Merge::Yes, s));
-                self.release_tree_blocks(freed);
+                let placed = MappedExtent { logical, ..*e };
+                for b in self.block_extents(std::iter::once(placed), &ino.ext4_blocks) {
+                    let freed = self.tree_map_blocks(ino, b.logical, b.physical, b.len.into(), b.state, Merge::Yes);
+                    self.release_tree_blocks(freed);
+                }
                 changes.push(Change::Map { ino: ino.id, logical, physical: e.physical, len: e.len, state: e.state });
             }
             ino.size = new_size;
@@ -102,6 +110,7 @@ impl Fs {
 fn take_from(fs: &Fs, ino: &mut Inode, from: u64) -> Vec<MappedExtent> {
     let moved = ino.map.remove(from, u64::MAX);
     if !moved.is_empty() {
+        let from = from << fs.cluster_bits;
         let freed = fs.with_tree(ino, |t, s| t.remove(from, u64::MAX, s));
         fs.release_tree_blocks(freed);
     }

@@ -26,20 +26,24 @@ impl<'a> TreeSpace<'a> {
     }
 }
 
+/// The tree counts in ext4 blocks (its extents and its own blocks, a
+/// cluster's first under bigalloc); the allocator in the engine's.
 impl TreeBlocks for TreeSpace<'_> {
     fn alloc(&mut self, goal: TreeGoal) -> Option<u64> {
         let total = self.fs.alloc.geometry().total_blocks();
+        let cb = self.fs.cluster_bits;
         let req = match goal {
-            TreeGoal::Near(b) if b < total => AllocRequest::new(1).goal(b),
-            TreeGoal::TryFirst(b) if b < total => AllocRequest::new(1).try_goal(b),
+            TreeGoal::Near(b) if b >> cb < total => AllocRequest::new(1).goal(b >> cb),
+            TreeGoal::TryFirst(b) if b >> cb < total => AllocRequest::new(1).try_goal(b >> cb),
             _ => AllocRequest::new(1).goal(self.goal),
         };
         let goal = req.goal.unwrap_or(self.goal);
-        self.fs.allocate_metadata_block(self.ino, 0, req, goal, Purpose::ExtentTree).ok()
+        let got = self.fs.allocate_metadata_block(self.ino, 0, req, goal, Purpose::ExtentTree).ok()?;
+        Some(got << cb)
     }
 
     fn free(&mut self, block: u64) {
-        self.freed.push(block);
+        self.freed.push(block >> self.fs.cluster_bits);
     }
 }
 

@@ -78,7 +78,7 @@ impl Ext4Namespace {
         if used_dirs.len() != groups {
             return Err(FsError::InvalidConfig(format!("{} directory counts for {groups} groups", used_dirs.len())));
         }
-        if format.block_size as u64 != fs.block_size() {
+        if format.block_size as u64 != fs.ext4_block_size() {
             return Err(FsError::InvalidConfig("directory blocks of another size than the volume's".into()));
         }
         fs.start_ext4_counts(percpu_batch, used_dirs.iter().map(|&d| u64::from(d)).sum());

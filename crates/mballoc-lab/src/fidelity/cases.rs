@@ -96,10 +96,10 @@ impl Ops {
     fn fallocate(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::Fallocate, f, offset, len)
     }
-    fn fallocate_keep(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
+    pub(super) fn fallocate_keep(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::FallocateKeepSize, f, offset, len)
     }
-    fn punch(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
+    pub(super) fn punch(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::Punch, f, offset, len)
     }
     pub(super) fn truncate(&mut self, f: &str, size: u64) -> &mut Ops {
@@ -518,5 +518,6 @@ pub fn builtin(quick: bool) -> Vec<Case> {
     v.push(punch_edges());
     v.push(small_files("small-files-64k", 65536, 4 * GIB, 16, 9));
     v.extend(super::configured::cases(quick));
+    v.extend(super::bigalloc_cases::cases(quick));
     v
 }

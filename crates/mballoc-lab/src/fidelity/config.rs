@@ -6,6 +6,8 @@
 //!
 //! Followed: mkfs's group, flex-group, inode and reserve sizes and
 //! `-O ^flex_bg` (the engine loads the image mkfs made, so it has them);
+//! `-O bigalloc` and `-C` (the engine's blocks are the image's clusters,
+//! `FsConfig::cluster_bits`);
 //! `-O ^has_journal` (freed blocks reusable at once, `FreeReuse::AtOnce`);
 //! `-E stride,stripe_width` and `stripe=` (`Tunables::stripe`; not on
 //! 1 KiB blocks, whose block 0 is not the allocator's); `-E hash_seed=`
@@ -44,6 +46,7 @@ const MKFS_WITH_VALUE: &[(&str, &str)] = &[
     ("-i", "bytes per inode"),
     ("-I", "inode size"),
     ("-m", "reserved blocks percentage"),
+    ("-C", "cluster size"),
 ];
 
 /// Mount options that move no block.
@@ -113,13 +116,7 @@ impl Ext4Config {
                     Some(list) => {
                         for f in list.split(',') {
                             match f {
-                                "^flex_bg" | "^has_journal" | "^orphan_file" => {}
-                                f if f.contains("bigalloc") => {
-                                    return no(
-                                        format!("ext4.mkfs=-O {f}"),
-                                        "the engine loads no bigalloc volume's files",
-                                    )
-                                }
+                                "^flex_bg" | "^has_journal" | "^orphan_file" | "bigalloc" => {}
                                 f => return no(format!("ext4.mkfs=-O {f}"), "a feature the profile does not model"),
                             }
                         }
@@ -260,14 +257,15 @@ mod tests {
             &["ext4.mkfs=-E stride=16,stripe_width=64", "ext4.mount=stripe=32"],
             &["ext4.mount=nodelalloc,noatime"],
             &["ext4.mb_max_to_scan=50", "ext4.mount=mb_optimize_scan=0"],
+            &["ext4.mkfs=-O bigalloc -C 16384 -E stride=16,stripe_width=64"],
             &["ext4.mkfs=-E hash_seed=daf3bc57-6a09-4cc5-b947-bf69b5f8d293"],
         ] {
             let (c, s) = config(ok);
             c.check(&s).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
         }
         for (bad, why) in [
-            (&["ext4.mkfs=-O bigalloc"][..], "bigalloc"),
-            (&["ext4.mkfs=-O ^flex_bg,quota"], "feature"),
+            (&["ext4.mkfs=-O ^flex_bg,quota"][..], "feature"),
+            (&["ext4.mkfs=-C"], "needs a value"),
             (&["ext4.mkfs=-E discard"], "extended option"),
             (&["ext4.mount=stripe=wide"], "number of blocks"),
             (&["ext4.mount=commit=5"], "timer"),

@@ -16,7 +16,7 @@ use std::path::Path;
 /// (`min(possible CPUs, ceil(groups / 4))`).
 pub fn kernel_profile(cfg: &mut FsConfig, possible_cpus: u32) {
     let geo = cfg.geometry;
-    *cfg = FsConfig::kernel(geo);
+    *cfg = FsConfig::kernel(geo).with_cluster_bits(cfg.cluster_bits);
     cfg.tunables.mb_stats = true;
     cfg.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
 }
@@ -98,6 +98,10 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     let mb_stats = fs.allocator().mb_stats_report();
     fs.discard_preallocations();
     fs.commit();
+    // The engine's blocks are clusters under bigalloc; ext4's reports
+    // count blocks, except a request's lengths, which are clusters.
+    let cb = fs.cluster_bits();
+    let block = |n: u64| (n << cb) + base;
     let mut files = Vec::new();
     for (slot, name) in case.trace.files.iter().enumerate() {
         let Some(f) = ids.get(&(slot as u32)).copied().or_else(|| names.file(slot as u32)) else { continue };
@@ -105,24 +109,27 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
             continue;
         }
         let runs = fs
-            .extents(f)?
+            .ext4_extents(f)?
             .into_iter()
             .map(|e| Run { logical: e.logical, physical: e.physical + base, len: u64::from(e.len) })
             .collect();
         files.push((name.clone(), f.0, merge_runs(runs)));
     }
     let mut free = Vec::new();
-    fs.allocator().for_each_free_extent(|s, l| free.push((s + base, l)));
+    fs.allocator().for_each_free_extent(|s, l| {
+        let start = block(s);
+        free.push((start, (l << cb).min(total_blocks - start)));
+    });
     let requests = fs
         .take_allocations()
         .into_iter()
         .map(|e| Request {
             ino: e.ino,
-            logical: e.logical,
+            logical: e.logical << cb,
             len: e.len,
-            goal: e.goal + base,
+            goal: block(e.goal),
             data: e.purpose == Purpose::Data,
-            result: e.result.map(|(p, n)| (p + base, n)),
+            result: e.result.map(|(p, n)| (block(p), n)),
             how: match e.served_by {
                 ServedBy::InodePreallocation | ServedBy::GroupPreallocation => "preallocation".into(),
                 ServedBy::Allocator(FoundBy::Goal) => "goal".into(),

@@ -24,6 +24,7 @@
 //! [`replay`] runs a kernel allocation trace recorded anywhere against
 //! the image it started from; [`record`] records a real program for it.
 
+mod bigalloc_cases;
 pub mod cases;
 pub mod compare;
 pub mod config;
