@@ -2,7 +2,7 @@
 //! freed whole, files and the extent tree in ext4 blocks.
 
 use mballoc::Geometry;
-use mballoc_fs::{AllocEvent, FallocateMode, FileId, Fs, FsConfig, FsError, MappedExtent, Purpose};
+use mballoc_fs::{AllocEvent, ExtentState, FallocateMode, FileId, Fs, FsConfig, FsError, MappedExtent, Purpose};
 use rand::{Rng, SeedableRng};
 
 const KIB: u64 = 1024;
@@ -128,6 +128,11 @@ fn fallocate_maps_its_blocks_and_writes_into_them_convert() {
     fs.write(f, 8 * KIB, 4 * KIB).unwrap();
     fs.fsync(f).unwrap();
     assert_eq!(blocks(&fs, f).iter().map(|e| e.2).sum::<u32>(), 11);
+    // Block 2 is written now; the rest of its cluster stays unwritten.
+    let states: Vec<(u64, u32, ExtentState)> =
+        fs.ext4_extents(f).unwrap().iter().map(|e| (e.logical, e.len, e.state)).collect();
+    use ExtentState::{Unwritten, Written};
+    assert_eq!(states, vec![(0, 2, Unwritten), (2, 1, Written), (3, 8, Unwritten)], "{states:?}");
     fs.check().unwrap();
 }
 

@@ -51,6 +51,7 @@ impl Fs {
                     return Err(format!("inode {id}: delayed run [{s}, {e}) is mapped"));
                 }
             }
+            self.check_ext4_blocks(id, &ino)?;
             reserved += ino.delayed.len();
             dirty += ino.delayed.len() + ino.dirty_unwritten.len();
             for pa in node.pas.lock().iter() {

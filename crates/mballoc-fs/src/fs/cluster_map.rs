@@ -126,7 +126,6 @@ impl Fs {
             ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).map(|(s, e)| e - s).sum()
         };
         self.space.claim(holes(ino))?;
-        self.give_ext4_blocks(ino, offset, len);
         let bs = self.ext4_block_size();
         let (fa, fb) = (offset / bs, (offset + len).div_ceil(bs));
         let mut runs = Vec::new();
@@ -138,7 +137,11 @@ impl Fs {
             }
         }
         for run in runs {
-            if let Err(stop) = self.map_ext4_run(node, ino, run, ExtentState::Unwritten, normalize) {
+            let mapped = self.map_ext4_run(node, ino, run, ExtentState::Unwritten, normalize);
+            // The file is given the blocks mapped, and only those.
+            let to = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| run.1);
+            ino.ext4_blocks.insert(run.0, to.max(run.0));
+            if let Err(stop) = mapped {
                 // Only a log that cannot commit stops a mapping: what is
                 // mapped stays, the rest is no longer promised.
                 self.space.unclaim(holes(ino));

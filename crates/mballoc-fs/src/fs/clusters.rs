@@ -4,19 +4,21 @@
 //! engine's blocks are ext4's clusters: files are mapped, reserved,
 //! preallocated and freed in clusters, as ext4 allocates them, and a
 //! file's block `k` lies in its cluster `k >> cluster_bits` at the same
-//! offset. That is exact while a file has no hole inside a cluster, which
-//! the kernel's own request sizes bear out: writeback's 2,048-block
+//! offset. The kernel's request sizes fit that: writeback's 2,048-block
 //! pieces, a piece that starts inside a cluster the file already holds,
-//! and fallocate's 32,767-block requests all ask for the same clusters as
-//! whole-cluster pieces do.
+//! and fallocate's 32,767-block requests all ask for the clusters
+//! whole-cluster pieces would.
 //!
-//! A few decisions ext4 makes in blocks all the same, and they go through
-//! here: whether a request is a small file's (`mb_stream_req` blocks
-//! against the request's end, `size == isize` against the size in
-//! blocks), how large a window is and where it stops short of the file's
-//! mapped neighbours (`ext4_mb_normalize_request` works in blocks and
-//! ends with `fe_len = EXT4_NUM_B2C(size)`). Without bigalloc each
-//! conversion is the identity.
+//! What ext4 decides in blocks is decided here in blocks: whether a
+//! request is a small file's (`mb_stream_req` blocks against the
+//! request's end, `size == isize` against the size in blocks), how large
+//! a window is and where it stops short of the file's mapped neighbours
+//! (`ext4_mb_normalize_request` works in blocks and ends with
+//! `fe_len = EXT4_NUM_B2C(size)`). And each file keeps which blocks of
+//! its clusters it was given, which its extent tree maps and which are
+//! unwritten, so that the tree (`cluster_map.rs`), FIEMAP
+//! ([`Fs::ext4_extents`]) and frees follow ext4's blocks. Without
+//! bigalloc each conversion is the identity and the sets stay empty.
 
 use super::data::Removed;
 use super::{Fs, Inode};
@@ -57,9 +59,12 @@ impl Fs {
         }
     }
 
-    /// A file's neighbours in ext4 blocks: a left extent ends with its
-    /// last cluster's last block, as a file without holes inside a
-    /// cluster has it mapped.
+    /// A file's neighbours in ext4 blocks, a left extent taken to end
+    /// with its last cluster's last block. That is ext4's `lleft` when
+    /// the cluster is whole, as it is whenever writeback reaches a
+    /// cluster after it; a left cluster the file holds only in part
+    /// would start ext4's window inside it, which a window of clusters
+    /// cannot.
     pub(super) fn ext4_neighbours(&self, nb: Neighbours) -> Neighbours {
         let last = |x: u64| self.to_ext4_blocks(x + 1) - 1;
         Neighbours {
@@ -175,11 +180,16 @@ impl Fs {
                 ino.ext4_unwritten.insert(logical, logical + n);
             }
         }
-        if ino.tree.is_none() || n == 0 {
-            return Vec::new();
+        let mut freed = Vec::new();
+        let mut at = 0;
+        while ino.tree.is_some() && at < n {
+            // One call maps at most a u32's worth; the tree splits it
+            // into extents of at most EXT_INIT_MAX_LEN anyway.
+            let k = (n - at).min(u64::from(u32::MAX)) as u32;
+            freed.extend(self.with_tree(ino, |t, s| t.map(logical + at, physical + at, k, state, merge, s)));
+            at += u64::from(k);
         }
-        let n = u32::try_from(n).expect("one mapping is at most a group of blocks");
-        self.with_tree(ino, |t, s| t.map(logical, physical, n, state, merge, s))
+        freed
     }
 
     /// A write of `[offset, +len)`: under bigalloc, its ext4 blocks the
@@ -220,13 +230,45 @@ impl Fs {
     }
 
     /// `f`'s extents in ext4 blocks, as ext4's extent tree (and FIEMAP)
-    /// shows them: its clusters' blocks that it was given. Blocks written
-    /// into a cluster the file already holds show at once; ext4 maps them
-    /// at writeback. Without bigalloc, [`Fs::extents`].
+    /// shows them: its clusters' blocks that it was given, unwritten
+    /// where ext4's are. Blocks written into a cluster the file already
+    /// holds show at once; ext4 maps them at writeback. Without
+    /// bigalloc, [`Fs::extents`].
     pub fn ext4_extents(&self, f: FileId) -> Result<Vec<MappedExtent>> {
         let node = self.node(f)?;
         let ino = node.inode.lock();
-        Ok(self.block_extents(ino.map.iter(), &ino.ext4_blocks))
+        let extents = self.block_extents(ino.map.iter(), &ino.ext4_blocks);
+        if self.cluster_bits == 0 {
+            return Ok(extents);
+        }
+        // A cluster the engine holds written may keep unwritten blocks.
+        let mut out: Vec<MappedExtent> = Vec::with_capacity(extents.len());
+        for e in extents {
+            let (start, end) = (e.logical, e.logical_end());
+            let unwritten = ino.ext4_unwritten.overlapping(start, end);
+            let written = crate::ranges::gaps_between(start, end, unwritten.iter().copied());
+            let mut pieces: Vec<(u64, u64, ExtentState)> = unwritten
+                .into_iter()
+                .map(|(s, t)| (s, t, ExtentState::Unwritten))
+                .chain(written.into_iter().map(|(s, t)| (s, t, ExtentState::Written)))
+                .collect();
+            pieces.sort_unstable_by_key(|p| p.0);
+            for (s, t, state) in pieces {
+                let physical = e.physical + (s - start);
+                match out.last_mut() {
+                    Some(p)
+                        if p.logical_end() == s
+                            && p.physical + u64::from(p.len) == physical
+                            && p.state == state
+                            && u64::from(p.len) + (t - s) <= u64::from(state.max_len()) =>
+                    {
+                        p.len += (t - s) as u32
+                    }
+                    _ => out.push(MappedExtent { logical: s, physical, len: (t - s) as u32, state }),
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Extents cut to the ext4 blocks of `given` (all of them
@@ -265,5 +307,33 @@ impl Fs {
             }
         }
         out
+    }
+
+    /// Under bigalloc, the blocks a file keeps agree with its clusters:
+    /// the tree maps only blocks the file was given, unwritten ones among
+    /// them, and every block given lies in a cluster the file holds or
+    /// has delayed (for [`Fs::check`]).
+    pub(super) fn check_ext4_blocks(&self, id: u64, ino: &Inode) -> std::result::Result<(), String> {
+        let cb = self.cluster_bits;
+        let within = |inner: &RangeSet, outer: &RangeSet, what: &str| match inner
+            .iter()
+            .find(|&(s, e)| outer.count_in(s, e) != e - s)
+        {
+            Some((s, e)) => Err(format!("inode {id}: {what} [{s}, {e}) outside their set")),
+            None => Ok(()),
+        };
+        within(&ino.ext4_mapped, &ino.ext4_blocks, "mapped blocks")?;
+        within(&ino.ext4_unwritten, &ino.ext4_mapped, "unwritten blocks")?;
+        within(&ino.ext4_dirty_unwritten, &ino.ext4_unwritten, "dirty unwritten blocks")?;
+        for (s, e) in ino.ext4_blocks.iter() {
+            for c in (s >> cb)..e.div_ceil(1 << cb) {
+                if ino.map.find(c).is_none() && !ino.delayed.contains(c) {
+                    return Err(format!(
+                        "inode {id}: cluster {c} holds given blocks but is neither mapped nor delayed"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }

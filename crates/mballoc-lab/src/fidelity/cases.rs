@@ -8,7 +8,9 @@
 //!
 //! The engine side names files through ext4's directories
 //! ([`mballoc_fs::Ext4Namespace`]), so a case may make directories and
-//! grow them; the regression case `directories-1k` does.
+//! grow them; the regression case `directories-1k` does. Other
+//! configurations, bigalloc volumes among them, follow in `configured`
+//! and `bigalloc_cases`.
 
 use crate::error::LabError;
 use crate::trace::Trace;
