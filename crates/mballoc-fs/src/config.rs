@@ -96,6 +96,26 @@ pub enum ExtentTreeBlocks {
     InVolume,
 }
 
+/// How writeback puts blocks into ext4's extent tree: ext4's
+/// `dioread_nolock` mount option (the default since Linux 5.6) or
+/// `nodioread_nolock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DioRead {
+    /// `dioread_nolock`: new blocks go in unwritten and are converted when
+    /// their I/O completes; a write into unwritten blocks splits them out
+    /// first, nothing merging until the I/O completes.
+    NoLock,
+    /// `nodioread_nolock`: new blocks go in initialized, and writeback
+    /// converts the written blocks of unwritten extents itself, moving
+    /// them into an initialized neighbour or zeroing up to
+    /// `max_zeroout_kb` around them rather than splitting
+    /// (`extent_max_zeroout_kb`, 32 by default).
+    Locked {
+        /// ext4's `extent_max_zeroout_kb`.
+        max_zeroout_kb: u32,
+    },
+}
+
 /// How the engine is set up.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -153,6 +173,8 @@ pub struct FsConfig {
     pub punch: PunchBehaviour,
     /// Whether extent-tree blocks come from the allocator.
     pub extent_tree: ExtentTreeBlocks,
+    /// How writeback maps blocks in the extent tree (`InVolume` only).
+    pub dioread: DioRead,
     /// Whether writeback follows the page cache's folios (see
     /// [`PageCache`]).
     pub page_cache: PageCache,
@@ -190,6 +212,7 @@ impl FsConfig {
             punch: PunchBehaviour::AsGiven,
             free_reuse: FreeReuse::AtCommit,
             extent_tree: ExtentTreeBlocks::Outside,
+            dioread: DioRead::NoLock,
             page_cache: PageCache::Untracked,
             policy: None,
         }

@@ -92,7 +92,7 @@ impl Fs {
             let (first, last) = ((l << cb).max(run.0), ((l + u64::from(got)) << cb).min(run.1));
             let freed = if first < last {
                 let at = (physical << cb) + (first - (l << cb));
-                let (tree_state, merge) = tree_mapping(state);
+                let (tree_state, merge) = self.tree_mapping(state);
                 self.tree_map_blocks(ino, first, at, last - first, tree_state, merge)
             } else {
                 Vec::new()
@@ -420,12 +420,16 @@ impl Fs {
     }
 }
 
-/// How newly mapped blocks go into ext4's tree: writeback's unwritten and
-/// unmerged until their I/O completes (dioread_nolock; the flush converts
-/// them after), fallocate's unwritten and merged at once.
-pub(super) fn tree_mapping(state: ExtentState) -> (ExtentState, Merge) {
-    match state {
-        ExtentState::Written => (ExtentState::Unwritten, Merge::BeforeIo),
-        ExtentState::Unwritten => (ExtentState::Unwritten, Merge::Yes),
+impl Fs {
+    /// How newly mapped blocks go into ext4's tree: writeback's unwritten
+    /// and unmerged until their I/O completes with dioread_nolock (the
+    /// flush converts them after), initialized and merged without it;
+    /// fallocate's unwritten and merged at once.
+    pub(super) fn tree_mapping(&self, state: ExtentState) -> (ExtentState, Merge) {
+        match (state, self.cfg.dioread) {
+            (ExtentState::Written, crate::config::DioRead::NoLock) => (ExtentState::Unwritten, Merge::BeforeIo),
+            (ExtentState::Written, crate::config::DioRead::Locked { .. }) => (ExtentState::Written, Merge::Yes),
+            (ExtentState::Unwritten, _) => (ExtentState::Unwritten, Merge::Yes),
+        }
     }
 }

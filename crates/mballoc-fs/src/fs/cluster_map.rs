@@ -17,7 +17,6 @@
 //! tree sees each insertion, and asks for its own blocks, when ext4's
 //! does.
 
-use super::alloc_path::tree_mapping;
 use super::stats::inc;
 use super::{FileNode, Fs, Inode, Normalize};
 use crate::error::{FsError, Result};
@@ -53,7 +52,7 @@ impl Fs {
             if let Some(e) = ino.map.find(c) {
                 let to = b.min((c + 1) << cb);
                 let at = (e.physical_of(c) << cb) + (x - (c << cb));
-                let (tree_state, merge) = tree_mapping(state);
+                let (tree_state, merge) = self.tree_mapping(state);
                 let freed = self.tree_map_blocks(ino, x, at, to - x, tree_state, merge);
                 self.release_tree_blocks(freed);
                 x = to;
@@ -129,7 +128,7 @@ impl Fs {
         let bs = self.ext4_block_size();
         let (fa, fb) = (offset / bs, (offset + len).div_ceil(bs));
         let mut runs = Vec::new();
-        for (s, e) in ino.ext4_mapped.gaps(fa, fb) {
+        for (s, e) in ino.blocks().mapped.gaps(fa, fb) {
             // Blocks of delayed clusters keep waiting for writeback.
             let clusters = (s >> cb, e.div_ceil(1 << cb));
             for (cs, ce) in ino.delayed.gaps(clusters.0, clusters.1) {
@@ -140,7 +139,7 @@ impl Fs {
             let mapped = self.map_ext4_run(node, ino, run, ExtentState::Unwritten, normalize);
             // The file is given the blocks mapped, and only those.
             let to = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| run.1);
-            ino.ext4_blocks.insert(run.0, to.max(run.0));
+            ino.blocks_mut().given.insert(run.0, to.max(run.0));
             if let Err(stop) = mapped {
                 // Only a log that cannot commit stops a mapping: what is
                 // mapped stays, the rest is no longer promised.
@@ -150,6 +149,7 @@ impl Fs {
         }
         if mode == FallocateMode::ExtendSize && offset + len > ino.size {
             ino.size = offset + len;
+            ino.disk_size = ino.size;
             self.note(crate::change_log::Change::Size { ino: ino.id, size: ino.size });
         }
         Ok(())

@@ -31,6 +31,30 @@ use crate::normalize::{Neighbours, RequestShape, Window, WindowGeometry};
 use crate::ranges::RangeSet;
 use crate::FileId;
 
+/// A bigalloc file's blocks, in ext4 blocks: which it was given (written
+/// or fallocated, not since cut), which its extent tree maps (the rest
+/// wait for writeback), which of those are unwritten (a cluster may
+/// hold both kinds) and which of those were written into since the last
+/// writeback.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ext4Blocks {
+    pub(super) given: RangeSet,
+    pub(super) mapped: RangeSet,
+    pub(super) unwritten: RangeSet,
+    pub(super) dirty_unwritten: RangeSet,
+}
+
+impl Inode {
+    /// The file's blocks; only an engine with clusters asks.
+    pub(super) fn blocks(&self) -> &Ext4Blocks {
+        self.ext4.as_deref().expect("a file of an engine with clusters keeps its blocks")
+    }
+
+    pub(super) fn blocks_mut(&mut self) -> &mut Ext4Blocks {
+        self.ext4.as_deref_mut().expect("a file of an engine with clusters keeps its blocks")
+    }
+}
+
 impl Fs {
     /// ext4 blocks in `n` of the engine's blocks.
     fn to_ext4_blocks(&self, n: u64) -> u64 {
@@ -101,20 +125,26 @@ impl Fs {
         }
     }
 
-    /// The ext4 blocks of a file loaded with `map` and `size`: its
-    /// clusters' blocks, the cluster that holds its end cut there (an
-    /// image's holes inside a cluster are not carried).
-    pub(super) fn ext4_blocks_of(&self, map: &ExtentMap, size: u64) -> RangeSet {
-        let mut blocks = RangeSet::new();
+    /// The blocks of a file loaded with `map` and `size`: its clusters'
+    /// blocks, the cluster that holds its end cut there (an image's holes
+    /// inside a cluster are not carried), all mapped. `None` without
+    /// clusters.
+    pub(super) fn ext4_blocks_of(&self, map: &ExtentMap, size: u64) -> Option<Box<Ext4Blocks>> {
         if self.cluster_bits == 0 {
-            return blocks;
+            return None;
         }
+        let mut b = Ext4Blocks::default();
         let end = size.div_ceil(self.ext4_block_size());
         for e in map.iter() {
             let (s, t) = (self.to_ext4_blocks(e.logical), self.to_ext4_blocks(e.logical_end()));
-            blocks.insert(s, if (s..t).contains(&end) { end } else { t });
+            b.given.insert(s, if (s..t).contains(&end) { end } else { t });
         }
-        blocks
+        b.mapped = b.given.clone();
+        let unwritten = map.iter().filter(|e| e.state == ExtentState::Unwritten);
+        for e in self.block_extents(unwritten, Some(&b)) {
+            b.unwritten.insert(e.logical, e.logical_end());
+        }
+        Some(Box::new(b))
     }
 
     /// The bytes `[offset, offset + len)` were written or fallocated:
@@ -122,7 +152,7 @@ impl Fs {
     pub(super) fn give_ext4_blocks(&self, ino: &mut Inode, offset: u64, len: u64) {
         if self.cluster_bits > 0 && len > 0 {
             let bs = self.ext4_block_size();
-            ino.ext4_blocks.insert(offset / bs, (offset + len).div_ceil(bs));
+            ino.blocks_mut().given.insert(offset / bs, (offset + len).div_ceil(bs));
         }
     }
 
@@ -138,12 +168,14 @@ impl Fs {
             let end = end.max(first);
             return (first, end, self.cut(ino, first, end));
         }
-        ino.ext4_blocks.remove(first, end);
-        ino.ext4_unwritten.remove(first, end);
-        ino.ext4_dirty_unwritten.remove(first, end);
-        let in_tree = !ino.ext4_mapped.remove(first, end).is_empty();
+        let b = ino.blocks_mut();
+        b.given.remove(first, end);
+        b.unwritten.remove(first, end);
+        b.dirty_unwritten.remove(first, end);
+        let in_tree = !b.mapped.remove(first, end).is_empty();
         let tree_blocks = if in_tree { self.with_tree(ino, |t, s| t.remove(first, end, s)) } else { Vec::new() };
-        let holds = |c: u64| ino.ext4_blocks.count_in(c << cb, (c + 1) << cb) > 0;
+        let given = &ino.blocks().given;
+        let holds = |c: u64| given.count_in(c << cb, (c + 1) << cb) > 0;
         let (mut cfirst, mut cend) = (first >> cb, end.div_ceil(1 << cb));
         if holds(cfirst) {
             cfirst += 1;
@@ -171,13 +203,13 @@ impl Fs {
         state: ExtentState,
         merge: Merge,
     ) -> Vec<u64> {
-        if self.cluster_bits > 0 {
-            ino.ext4_mapped.insert(logical, logical + n);
+        if let Some(b) = ino.ext4.as_deref_mut() {
+            b.mapped.insert(logical, logical + n);
             // fallocate's blocks (unwritten, merged at once) stay
             // unwritten until written into; writeback's are converted
             // when their I/O completes.
             if state == ExtentState::Unwritten && merge == Merge::Yes {
-                ino.ext4_unwritten.insert(logical, logical + n);
+                b.unwritten.insert(logical, logical + n);
             }
         }
         let mut freed = Vec::new();
@@ -202,16 +234,18 @@ impl Fs {
         }
         let bs = self.ext4_block_size();
         let (first, end) = (offset / bs, (offset + len).div_ceil(bs));
+        let b = ino.blocks_mut();
         let mut added = 0;
-        for (a, b) in ino.ext4_unwritten.overlapping(first, end) {
-            added += ino.ext4_dirty_unwritten.insert(a, b);
+        for (s, e) in b.unwritten.overlapping(first, end) {
+            added += b.dirty_unwritten.insert(s, e);
         }
         added
     }
 
     /// The file's ext4 blocks that wait for writeback: given, not mapped.
     pub(super) fn pending_ext4_blocks(&self, ino: &Inode) -> Vec<(u64, u64)> {
-        ino.ext4_blocks.iter().flat_map(|(s, e)| ino.ext4_mapped.gaps(s, e)).collect()
+        let Some(b) = ino.ext4.as_deref() else { return Vec::new() };
+        b.given.iter().flat_map(|(s, e)| b.mapped.gaps(s, e)).collect()
     }
 
     /// Move the file's ext4 blocks from block `from` on by `by` blocks
@@ -222,7 +256,8 @@ impl Fs {
         }
         let from = self.to_ext4_blocks(from);
         let at = |x: u64| x.checked_add_signed(by << self.cluster_bits).expect("a shift within the file");
-        for set in [&mut ino.ext4_blocks, &mut ino.ext4_mapped, &mut ino.ext4_unwritten] {
+        let b = ino.blocks_mut();
+        for set in [&mut b.given, &mut b.mapped, &mut b.unwritten] {
             for (s, e) in set.split_off_from(from) {
                 set.insert(at(s), at(e));
             }
@@ -237,15 +272,13 @@ impl Fs {
     pub fn ext4_extents(&self, f: FileId) -> Result<Vec<MappedExtent>> {
         let node = self.node(f)?;
         let ino = node.inode.lock();
-        let extents = self.block_extents(ino.map.iter(), &ino.ext4_blocks);
-        if self.cluster_bits == 0 {
-            return Ok(extents);
-        }
+        let extents = self.block_extents(ino.map.iter(), ino.ext4.as_deref());
+        let Some(blocks) = ino.ext4.as_deref() else { return Ok(extents) };
         // A cluster the engine holds written may keep unwritten blocks.
         let mut out: Vec<MappedExtent> = Vec::with_capacity(extents.len());
         for e in extents {
             let (start, end) = (e.logical, e.logical_end());
-            let unwritten = ino.ext4_unwritten.overlapping(start, end);
+            let unwritten = blocks.unwritten.overlapping(start, end);
             let written = crate::ranges::gaps_between(start, end, unwritten.iter().copied());
             let mut pieces: Vec<(u64, u64, ExtentState)> = unwritten
                 .into_iter()
@@ -271,17 +304,15 @@ impl Fs {
         Ok(out)
     }
 
-    /// Extents cut to the ext4 blocks of `given` (all of them
-    /// without bigalloc).
+    /// Extents in ext4 blocks, cut to the blocks given (all of them
+    /// without clusters).
     pub(super) fn block_extents(
         &self,
         map: impl IntoIterator<Item = MappedExtent>,
-        given: &RangeSet,
+        blocks: Option<&Ext4Blocks>,
     ) -> Vec<MappedExtent> {
         let cb = self.cluster_bits;
-        if cb == 0 {
-            return map.into_iter().collect();
-        }
+        let Some(Ext4Blocks { given, .. }) = blocks else { return map.into_iter().collect() };
         let mut out = Vec::new();
         for e in map {
             let start = e.logical << cb;
@@ -315,6 +346,7 @@ impl Fs {
     /// has delayed (for [`Fs::check`]).
     pub(super) fn check_ext4_blocks(&self, id: u64, ino: &Inode) -> std::result::Result<(), String> {
         let cb = self.cluster_bits;
+        let Some(b) = ino.ext4.as_deref() else { return Ok(()) };
         let within = |inner: &RangeSet, outer: &RangeSet, what: &str| match inner
             .iter()
             .find(|&(s, e)| outer.count_in(s, e) != e - s)
@@ -322,10 +354,10 @@ impl Fs {
             Some((s, e)) => Err(format!("inode {id}: {what} [{s}, {e}) outside their set")),
             None => Ok(()),
         };
-        within(&ino.ext4_mapped, &ino.ext4_blocks, "mapped blocks")?;
-        within(&ino.ext4_unwritten, &ino.ext4_mapped, "unwritten blocks")?;
-        within(&ino.ext4_dirty_unwritten, &ino.ext4_unwritten, "dirty unwritten blocks")?;
-        for (s, e) in ino.ext4_blocks.iter() {
+        within(&b.mapped, &b.given, "mapped blocks")?;
+        within(&b.unwritten, &b.mapped, "unwritten blocks")?;
+        within(&b.dirty_unwritten, &b.unwritten, "dirty unwritten blocks")?;
+        for (s, e) in b.given.iter() {
             for c in (s >> cb)..e.div_ceil(1 << cb) {
                 if ino.map.find(c).is_none() && !ino.delayed.contains(c) {
                     return Err(format!(

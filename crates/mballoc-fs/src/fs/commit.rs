@@ -4,7 +4,7 @@
 
 use super::{inc, FileId, FileNode, Fs, Inode, Normalize};
 use crate::change_log::{Change, ChangeLog};
-use crate::config::{CloseBehaviour, SyncOrder};
+use crate::config::{CloseBehaviour, DioRead, SyncOrder};
 use crate::error::{FsError, Result};
 use crate::extent_map::ExtentState;
 use crate::journal::WhenBusy;
@@ -165,13 +165,25 @@ impl Fs {
         // the extent tree as it is at that point). The tree counts ext4
         // blocks, the engine's clusters under bigalloc.
         let clustered = self.cluster_bits > 0;
-        let dirty_unwritten = if clustered { &ino.ext4_dirty_unwritten } else { &ino.dirty_unwritten };
+        let dirty_unwritten = ino.ext4.as_deref().map_or(&ino.dirty_unwritten, |b| &b.dirty_unwritten);
         let unwritten: Vec<(u64, u64)> = dirty_unwritten.iter().collect();
         let mut next_unwritten = 0;
+        // With dioread_nolock a write into unwritten blocks splits them
+        // out before the I/O; without it writeback converts them here.
+        let dioread = self.cfg.dioread;
         let mut split = |fs: &Fs, ino: &mut Inode, upto: u64| {
             while let Some(&(s, e)) = unwritten.get(next_unwritten).filter(|r| r.0 < upto) {
-                let freed = fs.with_tree(ino, |t, sp| t.split_for_write(s, e, sp));
+                let freed = match dioread {
+                    DioRead::NoLock => fs.with_tree(ino, |t, sp| t.split_for_write(s, e, sp)),
+                    DioRead::Locked { max_zeroout_kb } => {
+                        let bs = fs.ext4_block_size();
+                        let zeroout = u64::from(max_zeroout_kb) * 1024 / bs;
+                        let eof = ino.disk_size.div_ceil(bs);
+                        fs.with_tree(ino, |t, sp| t.convert_initialized((s, e), zeroout, eof, sp))
+                    }
+                };
                 fs.release_tree_blocks(freed);
+                fs.grow_disk_size(ino, e);
                 next_unwritten += 1;
             }
         };
@@ -189,21 +201,26 @@ impl Fs {
         }
         // The writes complete: ext4 converts what they covered and merges.
         let (converted, converted_blocks) = if failed.is_none() {
-            (std::mem::take(&mut ino.dirty_unwritten), std::mem::take(&mut ino.ext4_dirty_unwritten))
+            let blocks = ino.ext4.as_deref_mut().map(|b| std::mem::take(&mut b.dirty_unwritten)).unwrap_or_default();
+            (std::mem::take(&mut ino.dirty_unwritten), blocks)
         } else {
             Default::default()
         };
         for (s, e) in converted.iter() {
             ino.map.convert_to_written(s, e);
         }
-        for (s, e) in converted_blocks.iter() {
-            ino.ext4_unwritten.remove(s, e);
+        if let Some(b) = ino.ext4.as_deref_mut() {
+            for (s, e) in converted_blocks.iter() {
+                b.unwritten.remove(s, e);
+            }
         }
-        io.extend(if clustered { converted_blocks.iter() } else { converted.iter() });
-        io.sort_unstable();
-        for (s, e) in io {
-            let freed = self.with_tree(ino, |t, sp| t.written(s, e, sp));
-            self.release_tree_blocks(freed);
+        if dioread == DioRead::NoLock {
+            io.extend(if clustered { converted_blocks.iter() } else { converted.iter() });
+            io.sort_unstable();
+            for (s, e) in io {
+                let freed = self.with_tree(ino, |t, sp| t.written(s, e, sp));
+                self.release_tree_blocks(freed);
+            }
         }
         if let Some(e) = failed {
             return Err(e);
@@ -232,6 +249,7 @@ impl Fs {
             if done > s {
                 ino.delayed.remove(s, done);
                 self.dirty.fetch_sub(done - s, Ordering::AcqRel);
+                self.grow_disk_size(ino, done);
                 io.push((s, done));
             }
             if let Err(stop) = mapped {
@@ -249,5 +267,14 @@ impl Fs {
         if self.cfg.close == CloseBehaviour::Ext4 && ino.open == 0 && ino.delayed.is_empty() {
             self.discard_inode_pas(node);
         }
+    }
+
+    /// Writeback submitted a file's blocks up to logical block `end`:
+    /// ext4's on-disk size follows, to the end of that page, at most the
+    /// size (`mpage_map_and_submit_extent`).
+    pub(super) fn grow_disk_size(&self, ino: &mut Inode, end: u64) {
+        const PAGE: u64 = 4096;
+        let reached = (end << self.block_bits).next_multiple_of(PAGE).min(ino.size);
+        ino.disk_size = ino.disk_size.max(reached);
     }
 }

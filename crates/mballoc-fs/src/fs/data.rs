@@ -64,6 +64,16 @@ impl Fs {
             }
             if offset + len > ino.size {
                 ino.size = offset + len;
+                // ext4_da_should_update_i_disksize: a write that extends
+                // the file inside a written block moves the on-disk size
+                // now; delayed and unwritten blocks wait for writeback.
+                // Only writeback without dioread_nolock reads it.
+                if self.cfg.dioread != crate::config::DioRead::NoLock {
+                    let last = (offset + len - 1) >> self.block_bits;
+                    if ino.map.find(last).is_some_and(|e| e.state == ExtentState::Written) {
+                        ino.disk_size = ino.size;
+                    }
+                }
                 self.note(Change::Size { ino: ino.id, size: ino.size });
             }
             if dirtied > 0 || listed {
@@ -135,6 +145,7 @@ impl Fs {
             }
             if mode == FallocateMode::ExtendSize && offset + len > ino.size {
                 ino.size = offset + len;
+                ino.disk_size = ino.size;
                 self.note(Change::Size { ino: ino.id, size: ino.size });
             }
             Ok(())
@@ -163,6 +174,7 @@ impl Fs {
             if shrink {
                 ino.folios.drop_within(size, u64::MAX);
             }
+            ino.disk_size = size;
             let first_block = size.div_ceil(self.ext4_block_size());
             let (first, removed) = if shrink {
                 let (first, _, removed) = self.cut_blocks(ino, first_block, u64::MAX);
@@ -246,8 +258,10 @@ impl Fs {
             let undirtied: u64 = ino.dirty_unwritten.remove(first, end).iter().map(|(s, e)| e - s).sum();
             self.dirty.fetch_sub(undirtied, Ordering::AcqRel);
             let cb = self.cluster_bits;
-            ino.ext4_unwritten.remove(first << cb, end << cb);
-            ino.ext4_dirty_unwritten.remove(first << cb, end << cb);
+            if let Some(b) = ino.ext4.as_deref_mut() {
+                b.unwritten.remove(first << cb, end << cb);
+                b.dirty_unwritten.remove(first << cb, end << cb);
+            }
             if ino.map.convert_to_written(first, end) > 0 {
                 let freed = self.with_tree(ino, |t, s| {
                     t.split_for_write(first << cb, end << cb, s);

@@ -44,16 +44,9 @@ impl Fs {
         } else {
             inode_group
         };
-        let ext4_blocks = self.ext4_blocks_of(&map, size);
-        let mut ext4_unwritten = RangeSet::new();
-        if self.cluster_bits > 0 {
-            let unwritten = map.iter().filter(|e| e.state == ExtentState::Unwritten);
-            for e in self.block_extents(unwritten, &ext4_blocks) {
-                ext4_unwritten.insert(e.logical, e.logical_end());
-            }
-        }
+        let ext4 = self.ext4_blocks_of(&map, size);
         let tree = (self.cfg.extent_tree == ExtentTreeBlocks::InVolume).then(|| {
-            let extents = self.block_extents(map.iter(), &ext4_blocks);
+            let extents = self.block_extents(map.iter(), ext4.as_deref());
             Ext4Tree::packed(self.ext4_block_size(), extents.iter().map(|e| (e.logical, e.physical, e.len, e.state)))
         });
         let inode = Inode {
@@ -70,10 +63,8 @@ impl Fs {
             truncated_to_zero: false,
             tree,
             folios: Default::default(),
-            ext4_mapped: ext4_blocks.clone(),
-            ext4_unwritten,
-            ext4_blocks,
-            ext4_dirty_unwritten: RangeSet::new(),
+            disk_size: size,
+            ext4,
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });
         self.files.insert(id, node);

@@ -123,19 +123,12 @@ struct Inode {
     tree: Option<Ext4Tree>,
     /// The page-cache folios its writes made (`PageCache::Folios`).
     folios: crate::page_cache::Folios,
-    /// Under bigalloc, the ext4 blocks the file was given (written or
-    /// fallocated, not since cut): what ext4's extents cover of its
-    /// clusters (`fs/clusters.rs`). Empty without bigalloc.
-    ext4_blocks: RangeSet,
-    /// Under bigalloc, the ext4 blocks its extent tree maps (the rest of
-    /// `ext4_blocks` waits for writeback).
-    ext4_mapped: RangeSet,
-    /// Under bigalloc, the ext4 blocks its tree maps unwritten (fallocated,
-    /// not written since): a cluster may hold written and unwritten ones.
-    ext4_unwritten: RangeSet,
-    /// Under bigalloc, the ext4 blocks written into unwritten extents,
-    /// converted at writeback (`dirty_unwritten` in ext4 blocks).
-    ext4_dirty_unwritten: RangeSet,
+    /// ext4's `i_disksize`: the size its on-disk inode has, which
+    /// delayed data reaches only as writeback maps it.
+    disk_size: u64,
+    /// Under bigalloc, which blocks of its clusters the file holds, as
+    /// ext4's extents map them (`fs/clusters.rs`); `None` without.
+    ext4: Option<Box<clusters::Ext4Blocks>>,
 }
 
 struct FileNode {
@@ -218,6 +211,9 @@ impl Fs {
         }
         if cfg.inodes_per_group == 0 {
             return Err(FsError::InvalidConfig("inodes_per_group must be positive".into()));
+        }
+        if cfg.cluster_bits > 0 && cfg.dioread != crate::config::DioRead::NoLock {
+            return Err(FsError::InvalidConfig("writeback without dioread_nolock is not modelled on clusters".into()));
         }
         // ext4's largest cluster is 1 GiB (`EXT4_MAX_CLUSTER_LOG_SIZE`).
         if cfg.geometry.block_size().trailing_zeros() + cfg.cluster_bits > 30 {

@@ -86,7 +86,7 @@ impl Fs {
                 let logical = place(e);
                 ino.map.insert(logical, e.physical, e.len, e.state);
                 let placed = MappedExtent { logical, ..*e };
-                for b in self.block_extents(std::iter::once(placed), &ino.ext4_blocks) {
+                for b in self.block_extents(std::iter::once(placed), ino.ext4.as_deref()) {
                     let freed = self.tree_map_blocks(ino, b.logical, b.physical, b.len.into(), b.state, Merge::Yes);
                     self.release_tree_blocks(freed);
                 }

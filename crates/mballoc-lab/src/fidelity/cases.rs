@@ -95,7 +95,7 @@ impl Ops {
     pub(super) fn write(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::Write, f, offset, len)
     }
-    fn fallocate(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
+    pub(super) fn fallocate(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {
         self.op(OpKind::Fallocate, f, offset, len)
     }
     pub(super) fn fallocate_keep(&mut self, f: &str, offset: u64, len: u64) -> &mut Ops {

@@ -13,7 +13,9 @@
 //! 1 KiB blocks, whose block 0 is not the allocator's); `-E hash_seed=`
 //! (the engine reads the directory hash seed from the image);
 //! `nodelalloc` (each block of a write its own request, as
-//! `Fs::write_through`), `mb_optimize_scan=`, and options that move no
+//! `Fs::write_through`), `nodioread_nolock` (`FsConfig::dioread`: blocks
+//! mapped initialized, writes into unwritten extents converted at
+//! writeback; not with `nodelalloc` nor bigalloc), `mb_optimize_scan=`, and options that move no
 //! block (`noatime`, `nobarrier`, ...); the allocator's knobs by their
 //! names, which are the engine's. The bitmap prefetch knobs are accepted:
 //! a case reads `mb_groups` first, which builds every buddy, so prefetch
@@ -68,7 +70,6 @@ fn mount_refusal(opt: &str) -> Option<&'static str> {
     let name = opt.split_once('=').map_or(opt, |(k, _)| k);
     Some(match name {
         "commit" => "the case mounts with commit=600 so no timer fires mid-case; another interval would let the journal timer decide",
-        "nodioread_nolock" => "extent-tree block goals under nodioread_nolock are not modelled",
         "stripe" => "stripe= takes a number of blocks",
         "data" => "data=journal and data=writeback change when blocks are mapped; not modelled",
         "noauto_da_alloc" => "close after truncate follows auto_da_alloc only",
@@ -144,9 +145,20 @@ impl Ext4Config {
                 other => return no(format!("ext4.mkfs={other}"), "an mkfs argument the profile does not model"),
             }
         }
+        let nodioread = self.mount.iter().any(|o| o == "nodioread_nolock");
+        if nodioread && self.mount.iter().any(|o| o == "nodelalloc") {
+            return no(
+                "ext4.mount=nodioread_nolock,nodelalloc".into(),
+                "without delayed allocation nor dioread_nolock ext4 maps written blocks at write time; not modelled",
+            );
+        }
+        if nodioread && self.bigalloc() {
+            return no("ext4.mount=nodioread_nolock".into(), "its conversions are not modelled on bigalloc clusters");
+        }
         for o in &self.mount {
             if MOUNT_NEUTRAL.contains(&o.as_str())
                 || o == "nodelalloc"
+                || o == "nodioread_nolock"
                 || o.starts_with("mb_optimize_scan=")
                 || o.strip_prefix("stripe=").is_some_and(|v| v.parse::<u32>().is_ok())
             {
@@ -208,11 +220,20 @@ impl Ext4Config {
         if self.without_journal() {
             cfg.free_reuse = mballoc_fs::FreeReuse::AtOnce;
         }
+        if self.mount.iter().any(|o| o == "nodioread_nolock") {
+            // ext4's default extent_max_zeroout_kb.
+            cfg.dioread = mballoc_fs::DioRead::Locked { max_zeroout_kb: 32 };
+        }
         if self.mount.iter().any(|o| o == "nodelalloc") {
             WriteMode::NoDelalloc
         } else {
             WriteMode::Delalloc
         }
+    }
+
+    /// Whether mkfs made the volume with bigalloc.
+    fn bigalloc(&self) -> bool {
+        self.mkfs.windows(2).any(|w| w[0] == "-O" && w[1].split(',').any(|f| f == "bigalloc"))
     }
 
     /// Whether mkfs made the volume without a journal: freed blocks are
@@ -269,7 +290,8 @@ mod tests {
             (&["ext4.mkfs=-E discard"], "extended option"),
             (&["ext4.mount=stripe=wide"], "number of blocks"),
             (&["ext4.mount=commit=5"], "timer"),
-            (&["ext4.mount=nodioread_nolock"], "nodioread_nolock"),
+            (&["ext4.mount=nodioread_nolock,nodelalloc"], "write time"),
+            (&["ext4.mkfs=-O bigalloc", "ext4.mount=nodioread_nolock"], "clusters"),
             (&["ext4.extent_max_zeroout_kb=0"], "counterpart"),
             (&["engine.mb_max_to_scan=50"], "only ext4"),
         ] {

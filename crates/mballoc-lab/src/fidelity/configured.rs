@@ -8,6 +8,8 @@
 use super::cases::{fragmented_free, interleaved, near_full, punched, truncate_rewrite, Case, Ops, GIB, KIB, MIB};
 use super::config::Ext4Config;
 use crate::workload::OpKind;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
@@ -144,6 +146,33 @@ fn directory_splits(files: usize) -> Case {
     c
 }
 
+/// Writes scattered into a file fallocated at 1 KiB blocks, mounted
+/// nodioread_nolock: writeback converts the written blocks itself,
+/// moving them into the initialized extent before them or zeroing up to
+/// 32 KiB around them, so the tree holds fewer extents than with
+/// dioread_nolock and its leaves split at other times.
+fn unwritten_nodioread(writes: usize) -> Case {
+    let mut rng = ChaCha8Rng::seed_from_u64(73);
+    let mut o = Ops::new();
+    o.create("u").fallocate("u", 0, 16 * MIB);
+    for i in 0..writes {
+        let at = rng.gen_range(0..16_384u64) * KIB;
+        o.write("u", at, rng.gen_range(1..=4) * KIB);
+        if i % 25 == 24 {
+            o.fsync("u");
+        }
+    }
+    o.fsync("u").close("u");
+    let mut c = o.case(
+        "nodioread-1k",
+        "writes scattered into a 16 MiB file fallocated at 1 KiB blocks, mounted nodioread_nolock: conversions at writeback, neighbours taking written blocks, zero-out",
+        512 * MIB,
+        1024,
+    );
+    c.ext4 = Ext4Config { mount: args(&["nodioread_nolock"]), ..Default::default() };
+    c
+}
+
 /// The configured and regression cases; `quick` keeps each small enough
 /// for CI.
 pub(super) fn cases(quick: bool) -> Vec<Case> {
@@ -221,5 +250,6 @@ pub(super) fn cases(quick: bool) -> Vec<Case> {
         window_shorter_than_request(q(8, 4) as usize),
         directories(q(200, 60) as usize),
         directory_splits(q(600, 300) as usize),
+        unwritten_nodioread(q(1200, 400) as usize),
     ]
 }

@@ -10,9 +10,8 @@
 //! neighbours in the same leaf; a depth-1 tree whose one leaf fits the
 //! inode again moves back into it and frees the leaf. Removing a range
 //! frees every leaf and index block it empties; an emptied tree is depth
-//! 0 again. Writes into unwritten extents first split them (three pieces,
-//! no merging: ext4's `PRE_IO` split before the write is submitted), then
-//! convert the written piece and merge it when the write completes.
+//! 0 again. Writes into unwritten extents are converted as `convert.rs`
+//! describes, with `dioread_nolock` or without.
 //!
 //! The model keeps its own extents, merged by these rules, because ext4's
 //! entry counts (and so its allocations) depend on them; the file layer's
@@ -579,49 +578,6 @@ impl Ext4Tree {
             d -= 1;
         }
     }
-
-    /// A write into the unwritten blocks of `[first, end)`, before the
-    /// I/O is submitted: each unwritten entry is split around the written
-    /// part, and nothing merges (ext4's `PRE_IO`).
-    pub(crate) fn split_for_write(&mut self, first: u64, end: u64, blocks: &mut dyn TreeBlocks) {
-        let mut l = first;
-        while l < end {
-            let Some((_, x)) = self.entry_at(l) else {
-                l += 1;
-                continue;
-            };
-            let piece_end = x.end().min(end);
-            if x.unwritten {
-                self.split_at(piece_end, blocks);
-                self.split_at(l, blocks);
-            }
-            l = piece_end;
-        }
-    }
-
-    /// The write split by [`Ext4Tree::split_for_write`] completed: its
-    /// pieces are written now and merge with their neighbours.
-    pub(crate) fn written(&mut self, first: u64, end: u64, blocks: &mut dyn TreeBlocks) {
-        let mut l = first;
-        while l < end {
-            let Some((path, x)) = self.entry_at(l) else {
-                l += 1;
-                continue;
-            };
-            let piece_end = x.end().min(end);
-            if x.unwritten && x.logical == l && x.end() == piece_end {
-                let (leaf, pos) = *path.last().expect("leaf");
-                self.leaf(leaf)[pos].unwritten = false;
-                let v = self.leaf(leaf);
-                let merged = pos > 0 && merge_right(v, pos - 1);
-                if !merged {
-                    merge_right(v, pos);
-                }
-                self.merge_up(blocks);
-            }
-            l = piece_end;
-        }
-    }
 }
 
 /// `ext4_ext_try_to_merge_right` from entry `i`; whether anything merged.
@@ -635,91 +591,6 @@ fn merge_right(v: &mut Vec<Ext>, i: usize) -> bool {
     merged
 }
 
+mod convert;
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Blocks numbered from 1000, a log of allocations and frees.
-    #[derive(Default)]
-    struct Log {
-        next: u64,
-        allocated: Vec<u64>,
-        freed: Vec<u64>,
-    }
-
-    impl TreeBlocks for Log {
-        fn alloc(&mut self, _: TreeGoal) -> Option<u64> {
-            self.next += 1;
-            self.allocated.push(1000 + self.next);
-            Some(1000 + self.next)
-        }
-        fn free(&mut self, b: u64) {
-            self.freed.push(b);
-        }
-    }
-
-    #[test]
-    fn the_fifth_extent_grows_the_tree_and_a_full_leaf_splits() {
-        let mut t = Ext4Tree::new(4096);
-        let mut log = Log::default();
-        // Discontiguous appends: one entry each.
-        for i in 0..4 {
-            t.map(i * 10, 5000 + i * 100, 5, ExtentState::Written, Merge::Yes, &mut log);
-        }
-        assert!(log.allocated.is_empty(), "four extents fit the inode");
-        t.map(40, 9000, 5, ExtentState::Written, Merge::Yes, &mut log);
-        assert_eq!(log.allocated.len(), 1, "the fifth grows the tree");
-        assert_eq!(t.depth, 1);
-        // A contiguous append merges: no new entry.
-        t.map(45, 9005, 5, ExtentState::Written, Merge::Yes, &mut log);
-        assert_eq!(t.entries(), 5);
-        for i in 5..340 {
-            t.map(i * 10, 20_000 + i * 100, 5, ExtentState::Written, Merge::Yes, &mut log);
-        }
-        assert_eq!(t.entries(), 340);
-        assert_eq!(log.allocated.len(), 1);
-        t.map(5000, 90_000, 1, ExtentState::Written, Merge::Yes, &mut log);
-        assert_eq!(log.allocated.len(), 2, "an append to a full leaf gets a new leaf");
-        // Truncating everything frees both leaves and resets the depth.
-        t.remove(0, u64::MAX / 2, &mut log);
-        assert_eq!((t.depth, t.entries()), (0, 0));
-        assert_eq!(log.freed.len(), 2);
-    }
-
-    #[test]
-    fn a_punch_splits_and_a_write_into_unwritten_splits_then_merges_back() {
-        let mut t = Ext4Tree::new(4096);
-        let mut log = Log::default();
-        t.map(0, 10_000, 1000, ExtentState::Unwritten, Merge::Yes, &mut log);
-        // Writes in the middle: three entries each time, never merged
-        // back into unwritten neighbours.
-        let w = |t: &mut Ext4Tree, a, b, log: &mut Log| {
-            t.split_for_write(a, b, log);
-            t.written(a, b, log);
-        };
-        w(&mut t, 100, 110, &mut log);
-        assert_eq!(t.entries(), 3);
-        w(&mut t, 110, 120, &mut log);
-        assert_eq!(t.entries(), 3, "the second write merges with the first");
-        w(&mut t, 300, 310, &mut log);
-        assert_eq!(t.entries(), 5);
-        assert_eq!(log.allocated.len(), 1);
-        // Writing the rest converts everything; the entries merge and the
-        // leaf moves back into the inode.
-        w(&mut t, 0, 1000, &mut log);
-        assert_eq!((t.entries(), t.depth), (1, 0));
-        assert_eq!(log.freed, log.allocated);
-        // A punch in the middle of an extent splits it.
-        t.remove(400, 500, &mut log);
-        assert_eq!(t.entries(), 2);
-    }
-
-    #[test]
-    fn packed_trees_hold_their_extents_without_blocks_of_their_own() {
-        let exts = (0..1000u64).map(|i| (i * 2, 50_000 + i * 3, 1u32, ExtentState::Written));
-        let t = Ext4Tree::packed(4096, exts);
-        assert_eq!(t.entries(), 1000);
-        assert_eq!(t.depth, 1);
-        assert_eq!(t.blocks().count(), 0);
-    }
-}
+mod tests;
