@@ -19,24 +19,28 @@ impl Ext4Tree {
     /// I/O is submitted: each unwritten entry is split around the written
     /// part, and nothing merges (ext4's `PRE_IO`).
     pub(crate) fn split_for_write(&mut self, first: u64, end: u64, blocks: &mut dyn TreeBlocks) {
-        let mut l = first;
-        while l < end {
-            let Some((_, x)) = self.entry_at(l) else {
-                l += 1;
-                continue;
-            };
-            let piece_end = x.end().min(end);
+        self.each_entry((first, end), |t, _, x, (l, piece_end)| {
             if x.unwritten {
-                self.split_at(piece_end, blocks);
-                self.split_at(l, blocks);
+                t.split_at(piece_end, blocks);
+                t.split_at(l, blocks);
             }
-            l = piece_end;
-        }
+        });
     }
 
     /// The write split by [`Ext4Tree::split_for_write`] completed: its
     /// pieces are written now and merge with their neighbours.
     pub(crate) fn written(&mut self, first: u64, end: u64, blocks: &mut dyn TreeBlocks) {
+        self.each_entry((first, end), |t, path, x, (l, piece_end)| {
+            if x.unwritten && x.logical == l && x.end() == piece_end {
+                t.mark_initialized(&path, blocks);
+            }
+        });
+    }
+
+    /// Visit, in logical order, each entry holding part of `[first,
+    /// end)` with the part it holds; `f` may reshape the tree, as each
+    /// entry is looked up after the previous visit.
+    fn each_entry(&mut self, (first, end): (u64, u64), mut f: impl FnMut(&mut Self, super::Path, Ext, (u64, u64))) {
         let mut l = first;
         while l < end {
             let Some((path, x)) = self.entry_at(l) else {
@@ -44,9 +48,7 @@ impl Ext4Tree {
                 continue;
             };
             let piece_end = x.end().min(end);
-            if x.unwritten && x.logical == l && x.end() == piece_end {
-                self.mark_initialized(&path, blocks);
-            }
+            f(self, path, x, (l, piece_end));
             l = piece_end;
         }
     }
@@ -83,18 +85,11 @@ impl Ext4Tree {
         eof: u64,
         blocks: &mut dyn TreeBlocks,
     ) {
-        let mut l = first;
-        while l < end {
-            let Some((path, x)) = self.entry_at(l) else {
-                l += 1;
-                continue;
-            };
-            let piece_end = x.end().min(end);
+        self.each_entry((first, end), |t, path, x, (l, piece_end)| {
             if x.unwritten {
-                self.convert_piece(&path, x, (l, piece_end - l), max_zeroout, eof.max(piece_end), blocks);
+                t.convert_piece(&path, x, (l, piece_end - l), max_zeroout, eof.max(piece_end), blocks);
             }
-            l = piece_end;
-        }
+        });
     }
 
     fn convert_piece(
