@@ -15,7 +15,8 @@
 //! `nodelalloc` (each block of a write its own request, as
 //! `Fs::write_through`), `nodioread_nolock` (`FsConfig::dioread`: blocks
 //! mapped initialized, writes into unwritten extents converted at
-//! writeback; not with `nodelalloc` nor bigalloc), `mb_optimize_scan=`, and options that move no
+//! writeback, `extent_max_zeroout_kb` around each write; not with
+//! `nodelalloc` nor bigalloc), `mb_optimize_scan=`, and options that move no
 //! block (`noatime`, `nobarrier`, ...); the allocator's knobs by their
 //! names, which are the engine's. The bitmap prefetch knobs are accepted:
 //! a case reads `mb_groups` first, which builds every buddy, so prefetch
@@ -173,6 +174,15 @@ impl Ext4Config {
             if matches!(k.as_str(), "mb_stats" | "mb_prefetch" | "mb_prefetch_limit") {
                 continue;
             }
+            // Read by writeback's conversions without dioread_nolock
+            // (`FsConfig::dioread`); with it, only when a split finds no
+            // room for a tree block, which no case reaches.
+            if k == "extent_max_zeroout_kb" {
+                if v.parse::<u32>().is_err() {
+                    return no(format!("ext4.{k}={v}"), "takes a number of KiB");
+                }
+                continue;
+            }
             let mut scratch = FsConfig::new(mballoc::Geometry::new(4096, 1 << 20).expect("a scratch geometry"));
             if !k.starts_with("mb_") || crate::settings::engine::apply_one(&mut scratch, k, v).is_err() {
                 return no(format!("ext4.{k}={v}"), "a knob the profile has no counterpart for");
@@ -221,8 +231,10 @@ impl Ext4Config {
             cfg.free_reuse = mballoc_fs::FreeReuse::AtOnce;
         }
         if self.mount.iter().any(|o| o == "nodioread_nolock") {
-            // ext4's default extent_max_zeroout_kb.
-            cfg.dioread = mballoc_fs::DioRead::Locked { max_zeroout_kb: 32 };
+            // ext4's extent_max_zeroout_kb: 32 unless a knob sets it.
+            let knob = self.knobs.iter().rev().find(|(k, _)| k == "extent_max_zeroout_kb");
+            let max_zeroout_kb = knob.and_then(|(_, v)| v.parse().ok()).unwrap_or(32);
+            cfg.dioread = mballoc_fs::DioRead::Locked { max_zeroout_kb };
         }
         if self.mount.iter().any(|o| o == "nodelalloc") {
             WriteMode::NoDelalloc
@@ -292,7 +304,7 @@ mod tests {
             (&["ext4.mount=commit=5"], "timer"),
             (&["ext4.mount=nodioread_nolock,nodelalloc"], "write time"),
             (&["ext4.mkfs=-O bigalloc", "ext4.mount=nodioread_nolock"], "clusters"),
-            (&["ext4.extent_max_zeroout_kb=0"], "counterpart"),
+            (&["ext4.max_writeback_mb_bump=64"], "counterpart"),
             (&["engine.mb_max_to_scan=50"], "only ext4"),
         ] {
             let (c, s) = config(bad);
@@ -313,5 +325,9 @@ mod tests {
         let (c, _) = config(&["ext4.mkfs=-O ^has_journal"]);
         c.apply_engine(&mut cfg);
         assert_eq!(cfg.free_reuse, mballoc_fs::FreeReuse::AtOnce);
+        let (c, s) = config(&["ext4.mount=nodioread_nolock", "ext4.extent_max_zeroout_kb=64"]);
+        c.check(&s).unwrap();
+        c.apply_engine(&mut cfg);
+        assert_eq!(cfg.dioread, mballoc_fs::DioRead::Locked { max_zeroout_kb: 64 });
     }
 }
