@@ -209,8 +209,7 @@ impl Fs {
             let bounds = pas.bounds_around(l);
             (bounds, bounds.1.map_or(len, |next| len.min((next - l) as u32)))
         };
-        let shape =
-            RequestShape { logical: l, len, isize_blocks: ino.size.div_ceil(self.block_size()), open: ino.open > 0 };
+        // Placement and the window are ext4's decisions, made in its blocks.
         let t = self.alloc.tunables();
         let ext4_shape = self.ext4_shape(ino, l, len);
         let place = placement(&self.cfg.normalization, t.mb_stream_req, t.mb_group_prealloc, &ext4_shape);
@@ -230,7 +229,7 @@ impl Fs {
         let moved = goal != ext4_goal;
         let stream = (place == Placement::Stream && !moved).then_some(ino.id);
         if place == Placement::Stream && normalize == Normalize::Yes {
-            return self.allocate_window(node, ino, shape, pa_bounds, goal, stream);
+            return self.allocate_window(node, ino, (l, len, &ext4_shape), pa_bounds, goal, stream);
         }
         let mut req = AllocRequest::new(len).goal(goal);
         if let Some(k) = stream {
@@ -299,17 +298,17 @@ impl Fs {
     }
 
     /// Streams: a normalized window, the surplus kept as the file's
-    /// preallocation (`ext4_mb_new_inode_pa`).
+    /// preallocation (`ext4_mb_new_inode_pa`). The request is `len`
+    /// blocks at `l`, `ext4_shape` the same in ext4's blocks.
     pub(super) fn allocate_window(
         &self,
         node: &FileNode,
         ino: &Inode,
-        shape: RequestShape,
+        (l, len, ext4_shape): (u64, u32, &RequestShape),
         (left_pa_end, right_pa_start): (Option<u64>, Option<u64>),
         goal: u64,
         stream: Option<u64>,
     ) -> Option<(u64, u32, ServedBy)> {
-        let l = shape.logical;
         let nb = Neighbours {
             left: ino.map.left_of(l).map(|e| (e.logical_end() - 1, e.physical + u64::from(e.len) - 1)),
             right: ino.map.right_of(l).map(|e| (e.logical, e.physical)),
@@ -324,14 +323,14 @@ impl Fs {
             self.alloc.policy(),
             &self.cfg.normalization,
             self.ext4_window_geometry(),
-            &self.ext4_shape(ino, l, shape.len),
+            ext4_shape,
             &self.ext4_neighbours(nb),
             cover,
         ));
-        let own = shape.len.min((w.logical + u64::from(w.len) - l) as u32);
+        let own = len.min((w.logical + u64::from(w.len) - l) as u32);
         let (wl, wlen) = if self.may_preallocate(w.len) { (w.logical, w.len) } else { (l, own) };
         let _flight = (wlen > own).then(|| self.track_window());
-        let mut req = AllocRequest::new(wlen).original_len(shape.len);
+        let mut req = AllocRequest::new(wlen).original_len(len);
         req = match w.merge_goal.filter(|_| wlen == w.len) {
             Some(m) => req.try_goal(m),
             None => req.goal(goal),
@@ -347,7 +346,7 @@ impl Fs {
         // found is longer than the original request (`ac_o_ex.fe_len <
         // ac_b_ex.fe_len`); otherwise all of it is mapped at the request's
         // block, even past a window shorter than the request.
-        if got <= shape.len {
+        if got <= len {
             return Some((a.extent.start, got, how));
         }
         // Place the preallocation inside the window so it covers `l`.
