@@ -287,18 +287,7 @@ impl Fs {
                 .collect();
             pieces.sort_unstable_by_key(|p| p.0);
             for (s, t, state) in pieces {
-                let physical = e.physical + (s - start);
-                match out.last_mut() {
-                    Some(p)
-                        if p.logical_end() == s
-                            && p.physical + u64::from(p.len) == physical
-                            && p.state == state
-                            && u64::from(p.len) + (t - s) <= u64::from(state.max_len()) =>
-                    {
-                        p.len += (t - s) as u32
-                    }
-                    _ => out.push(MappedExtent { logical: s, physical, len: (t - s) as u32, state }),
-                }
+                push_extent(&mut out, (s, e.physical + (s - start), t - s), state);
             }
         }
         Ok(out)
@@ -316,25 +305,8 @@ impl Fs {
         let mut out = Vec::new();
         for e in map {
             let start = e.logical << cb;
-            for (mut s, t) in given.overlapping(start, e.logical_end() << cb) {
-                while s < t {
-                    let physical = (e.physical << cb) + (s - start);
-                    let max = u64::from(e.state.max_len());
-                    // Continue the previous extent where ext4's would.
-                    if let Some(p) = out.last_mut().filter(|p: &&mut MappedExtent| {
-                        p.logical_end() == s && p.physical + u64::from(p.len) == physical && p.state == e.state
-                    }) {
-                        let n = (t - s).min(max - u64::from(p.len));
-                        if n > 0 {
-                            p.len += n as u32;
-                            s += n;
-                            continue;
-                        }
-                    }
-                    let len = (t - s).min(max);
-                    out.push(MappedExtent { logical: s, physical, len: len as u32, state: e.state });
-                    s += len;
-                }
+            for (s, t) in given.overlapping(start, e.logical_end() << cb) {
+                push_extent(&mut out, (s, (e.physical << cb) + (s - start), t - s), e.state);
             }
         }
         out
@@ -367,5 +339,24 @@ impl Fs {
             }
         }
         Ok(())
+    }
+}
+
+/// Append `n` blocks from logical `s` at `physical` to `out` as ext4's
+/// extents would hold them: continuing the last extent where it is
+/// contiguous and of the same state, none longer than the state allows.
+fn push_extent(out: &mut Vec<MappedExtent>, (mut s, mut physical, mut n): (u64, u64, u64), state: ExtentState) {
+    let max = u64::from(state.max_len());
+    if let Some(p) = out.last_mut() {
+        if p.logical_end() == s && p.physical + u64::from(p.len) == physical && p.state == state {
+            let k = n.min(max - u64::from(p.len));
+            p.len += k as u32;
+            (s, physical, n) = (s + k, physical + k, n - k);
+        }
+    }
+    while n > 0 {
+        let k = n.min(max);
+        out.push(MappedExtent { logical: s, physical, len: k as u32, state });
+        (s, physical, n) = (s + k, physical + k, n - k);
     }
 }
