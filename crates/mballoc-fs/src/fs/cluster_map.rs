@@ -19,9 +19,8 @@
 
 use super::stats::inc;
 use super::{FileNode, Fs, Inode, Normalize};
-use crate::error::{FsError, Result};
+use crate::error::FsError;
 use crate::extent_map::ExtentState;
-use crate::FallocateMode;
 use std::sync::atomic::Ordering;
 
 /// A run stopped before its end: ext4 blocks before `mapped_to` are
@@ -107,24 +106,18 @@ impl Fs {
         (io, None)
     }
 
-    /// The mapping of [`Fs::fallocate`] under bigalloc: the range's ext4
-    /// blocks the tree does not map, outside clusters still delayed, run
-    /// by run; the clusters it needs claimed first (NoSpace changes
-    /// nothing).
+    /// The mapping of [`Fs::fallocate`] under bigalloc, its clusters
+    /// claimed by the caller: the range's ext4 blocks the tree does not
+    /// map, outside clusters still delayed, run by run. The file is
+    /// given the blocks mapped, and only those.
     pub(super) fn map_unwritten_clusters(
         &self,
         node: &FileNode,
         ino: &mut Inode,
         (offset, len): (u64, u64),
-        (first, end): (u64, u64),
         normalize: Normalize,
-        mode: FallocateMode,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), FsError> {
         let cb = self.cluster_bits;
-        let holes = |ino: &Inode| -> u64 {
-            ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).map(|(s, e)| e - s).sum()
-        };
-        self.space.claim(holes(ino))?;
         let bs = self.ext4_block_size();
         let (fa, fb) = (offset / bs, (offset + len).div_ceil(bs));
         let mut runs = Vec::new();
@@ -137,20 +130,9 @@ impl Fs {
         }
         for run in runs {
             let mapped = self.map_ext4_run(node, ino, run, ExtentState::Unwritten, normalize);
-            // The file is given the blocks mapped, and only those.
             let to = mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| run.1);
             ino.blocks_mut().given.insert(run.0, to.max(run.0));
-            if let Err(stop) = mapped {
-                // Only a log that cannot commit stops a mapping: what is
-                // mapped stays, the rest is no longer promised.
-                self.space.unclaim(holes(ino));
-                return Err(stop.error);
-            }
-        }
-        if mode == FallocateMode::ExtendSize && offset + len > ino.size {
-            ino.size = offset + len;
-            ino.disk_size = ino.size;
-            self.note(crate::change_log::Change::Size { ino: ino.id, size: ino.size });
+            mapped.map_err(|stop| stop.error)?;
         }
         Ok(())
     }

@@ -125,23 +125,27 @@ impl Fs {
     ) -> Result<()> {
         let (first, end) = self.block_range(offset, len)?;
         self.with_inode(f, true, |node, ino| {
-            if self.cluster_bits > 0 {
-                return self.map_unwritten_clusters(node, ino, (offset, len), (first, end), normalize, mode);
-            }
-            let holes: Vec<(u64, u64)> =
-                ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).collect();
-            let need: u64 = holes.iter().map(|(s, e)| e - s).sum();
-            self.space.claim(need)?;
-            let mut unmapped = need;
-            for (s, e) in holes {
-                let mapped = self.map_range(node, ino, (s, e), (s, e), ExtentState::Unwritten, normalize);
-                unmapped -= mapped.as_ref().map_or_else(|stop| stop.mapped_to, |()| e) - s;
-                if let Err(stop) = mapped {
-                    // Only a log that cannot commit stops a mapping: what
-                    // is mapped stays, the rest is no longer promised.
-                    self.space.unclaim(unmapped);
-                    return Err(stop.error);
-                }
+            // The holes: neither mapped nor delayed (delayed blocks keep
+            // their reservation).
+            let holes = |ino: &Inode| -> Vec<(u64, u64)> {
+                ino.map.holes(first, end).into_iter().flat_map(|(s, e)| ino.delayed.gaps(s, e)).collect()
+            };
+            let count = |runs: &[(u64, u64)]| runs.iter().map(|(s, e)| e - s).sum::<u64>();
+            let todo = holes(ino);
+            self.space.claim(count(&todo))?;
+            let mapped = if self.cluster_bits > 0 {
+                self.map_unwritten_clusters(node, ino, (offset, len), normalize)
+            } else {
+                todo.into_iter().try_for_each(|(s, e)| {
+                    self.map_range(node, ino, (s, e), (s, e), ExtentState::Unwritten, normalize)
+                        .map_err(|stop| stop.error)
+                })
+            };
+            if let Err(error) = mapped {
+                // Only a log that cannot commit stops a mapping: what is
+                // mapped stays, the holes left are no longer promised.
+                self.space.unclaim(count(&holes(ino)));
+                return Err(error);
             }
             if mode == FallocateMode::ExtendSize && offset + len > ino.size {
                 ino.size = offset + len;
