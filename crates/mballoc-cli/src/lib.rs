@@ -119,7 +119,10 @@ enum Cmd {
     /// or SIGTERM, after which the volume is synced and marked clean.
     /// Durable: every byte written before a successful fsync/fdatasync, or
     /// more than the commit interval ago, survives a kill -9 or a power cut;
-    /// sync(2) and syncfs(2) do not reach a FUSE server and add nothing.
+    /// sync(2) and syncfs(2) are durable on return on a fuseblk mount (a
+    /// volume on a block device, or a volume file with -o loop, as root);
+    /// on a plain mount the kernel does not pass them on and the commit
+    /// interval bounds them.
     Mount {
         /// The volume file or device.
         volume: PathBuf,
@@ -137,13 +140,18 @@ enum Cmd {
         /// Seconds data may stay volatile without an fsync (ext4's commit=); 0: only fsync and unmount commit.
         #[arg(long, default_value_t = 5)]
         commit: u64,
-        /// Options as mount(8) gives them: commit=SECS, ro, noatime, relatime, folio=SIZE, threads=N,
+        /// Options as mount(8) gives them: commit=SECS, ro, noatime, relatime, strictatime, loop
+        /// (a volume file through a loop device, mounted as fuseblk), stats, folio=SIZE, threads=N,
         /// profile=default|kernel (they win over the flags above).
         #[arg(short = 'o', long = "options")]
         options: Option<String>,
         /// Serve in this process until unmounted.
         #[arg(long)]
         foreground: bool,
+        /// At unmount print, per request type, the count, errors, bytes each
+        /// way and time in the server (SIGUSR1 prints them while mounted).
+        #[arg(long)]
+        stats: bool,
     },
     /// Convert a cleanly unmounted version-2 volume to version 3 in place
     /// (crash-safe: the names go through the journal), then mount and
@@ -397,7 +405,7 @@ fn run() -> Result<()> {
             let size = size.map(|s| s.parse::<Size>()).transpose()?.map(|s| s.0);
             volume_cmd::mkfs(&volume, size, block_size, journal_blocks, inodes, force)
         }
-        Cmd::Mount { volume, dir, folio, profile, threads, commit, options, foreground } => {
+        Cmd::Mount { volume, dir, folio, profile, threads, commit, options, foreground, stats } => {
             let folio = folio.parse::<Size>().context("--folio")?.0;
             let folio = u32::try_from(folio).context("--folio: at most 2 MiB")?;
             let profile = match profile {
@@ -409,6 +417,7 @@ fn run() -> Result<()> {
                 profile,
                 threads,
                 commit: std::time::Duration::from_secs(commit),
+                stats,
                 ..Default::default()
             };
             if let Some(o) = options {

@@ -47,6 +47,13 @@ pub fn check(volume: &Path, repair: bool, force: &[Force]) -> Result<()> {
     for p in &r.problems {
         println!("{name}: {p}");
     }
+    if let Some(why) = &r.stopped {
+        let note = if r.repaired { "this repair cleared the note" } else { "`--repair` clears this note" };
+        println!(
+            "{name}: when last mounted the volume stopped taking changes: {why}; what was committed is \
+             checked as the rest ({note})"
+        );
+    }
     if r.pending_transactions > 0 {
         let when = if r.repaired { "were replayed" } else { "await replay at the next mount" };
         println!("{name}: {} committed journal transaction(s) {when}", r.pending_transactions);

@@ -319,6 +319,52 @@ fn a_killed_mount_keeps_what_its_durability_line_promises() {
     check_clean(&s);
 }
 
+/// On a fuseblk mount (`-o loop`: the volume file behind a loop device)
+/// the kernel passes `sync(2)` and `syncfs(2)` on to the server: data
+/// written and then synced survives a kill -9 of the server, with the
+/// commit interval off so that nothing else could have made it durable.
+#[test]
+fn sync_is_durable_on_a_fuseblk_mount() {
+    if !fuse_ready("sync_is_durable_on_a_fuseblk_mount") {
+        return;
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        eprintln!("sync_is_durable_on_a_fuseblk_mount: skipped: no loop devices");
+        return;
+    }
+    let s = Scratch::new("fuseblk", "256M");
+    let mnt = std::fs::canonicalize(s.mnt()).unwrap();
+    for (round, how) in [["sync", "-f"], ["sync", ""]].iter().enumerate() {
+        let mut daemon = mount_foreground(&s, &mnt, &["-o", "loop,commit=0"]);
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let line = table.lines().find(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap())).unwrap();
+        assert!(line.contains(" - fuseblk.mballoc /dev/loop"), "{line}");
+        for r in 0..round {
+            assert_eq!(std::fs::read(mnt.join(format!("synced{r}"))).unwrap(), vec![r as u8 + 1; 300_000]);
+        }
+        std::fs::write(mnt.join(format!("synced{round}")), vec![round as u8 + 1; 300_000]).unwrap();
+        // syncfs(2) on the mount (`sync -f DIR`), then sync(2) of everything.
+        let mut cmd = Command::new(how[0]);
+        if !how[1].is_empty() {
+            cmd.arg(how[1]).arg(&mnt);
+        }
+        assert!(cmd.status().unwrap().success(), "{how:?}");
+        daemon.kill().unwrap(); // SIGKILL
+        daemon.wait().unwrap();
+        let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while mounted(&mnt) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    run(&["mount", &s.vol(), mnt.to_str().unwrap()]);
+    for r in 0..2 {
+        assert_eq!(std::fs::read(mnt.join(format!("synced{r}"))).unwrap(), vec![r as u8 + 1; 300_000]);
+    }
+    run(&["umount", mnt.to_str().unwrap()]);
+    check_clean(&s);
+}
+
 /// Debian's stress-ng file-system stressors with `--verify`, a bounded
 /// time each, on the mount: no error, and a clean volume afterwards.
 #[test]

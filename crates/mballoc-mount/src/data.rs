@@ -1,18 +1,20 @@
-//! Data requests: open, read, write, truncate and fallocate, with the
-//! rules ext4 applies on the way: chattr flags (immutable refuses every
-//! change, append-only every change but appending), the set-user-ID and
-//! set-group-ID bits cleared by a write from anyone but root, access
+//! Requests about a file's contents: open, create (named or `O_TMPFILE`),
+//! read, write, truncate, fallocate, release and fsync, with the rules
+//! ext4 applies on the way: chattr flags (immutable refuses every change,
+//! append-only every change but appending), set-user-ID and set-group-ID
+//! bits cleared by changes from callers who may not keep them, access
 //! times, `fallocate` modes at and past the end of the file.
 //!
 //! The kernel's page cache is left out of the write path (no writeback
 //! caching), so buffered writes reach the volume's folio cache as they
 //! are made, and `O_DIRECT` opens go to the device unbuffered.
 
+use crate::fuse::abi::{fattr, put_entry, Out, FOPEN_DIRECT_IO, OPEN_KILL_SUIDGID, WRITE_KILL_SUIDGID};
 use crate::options::Atime;
-use crate::server::VolumeFs;
-use fuser::Request;
+use crate::server::{errno, Caller, Done, VolumeFs, TTL};
+use crate::stat::file_attr;
 use mballoc_fs::{FallocateMode, FileId};
-use mballoc_vol::{SetId, VolError, FL_APPEND, FL_IMMUTABLE, S_IFDIR, S_IFMT, S_IFREG};
+use mballoc_vol::{Owner, VolError, FL_APPEND, FL_IMMUTABLE, FL_SYNC, S_IFDIR, S_IFMT, S_IFREG};
 
 /// File handles of `O_DIRECT` opens carry this bit.
 pub(crate) const DIRECT: u64 = 1;
@@ -21,11 +23,13 @@ pub(crate) const DIRECT: u64 = 1;
 /// `attr_flags`: no write access to an immutable file, and write access
 /// to an append-only one only with `O_APPEND`.
 pub(crate) fn open_flags_allowed(flags: i32, attr_flags: u32) -> bool {
-    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    let truncates = flags & libc::O_TRUNC != 0;
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || truncates;
     if !writes {
         return true;
     }
-    attr_flags & FL_IMMUTABLE == 0 && (attr_flags & FL_APPEND == 0 || flags & libc::O_APPEND != 0)
+    let appends_only = flags & libc::O_APPEND != 0 && !truncates;
+    attr_flags & FL_IMMUTABLE == 0 && (attr_flags & FL_APPEND == 0 || appends_only)
 }
 
 /// `O_DIRECT` I/O the volume can take unbuffered; other sizes go through
@@ -34,13 +38,40 @@ fn aligned(offset: u64, len: u64, bs: u64) -> bool {
     offset.is_multiple_of(bs) && len.is_multiple_of(bs)
 }
 
+fn refuse(ino: u64, why: &'static str) -> VolError {
+    VolError::NotPermitted { ino, why }
+}
+
+/// `struct fuse_open_out`.
+fn put_open(out: &mut Out, fh: u64) {
+    let flags = if fh & DIRECT != 0 { FOPEN_DIRECT_IO } else { 0 };
+    out.u64(fh).u32(flags).u32(0);
+}
+
 impl VolumeFs {
-    fn refuse(ino: u64, why: &'static str) -> VolError {
-        VolError::NotPermitted { ino, why }
+    /// Drop capabilities and the set-ID bits a change of the file's
+    /// contents by `c` clears; `kill`: the kernel says `c` may not keep
+    /// them. The kernel forgets the attributes it cached.
+    fn drop_privileges(&self, c: Caller, ino: u64, kill: bool) -> Result<(), VolError> {
+        let a = self.vol.attr(FileId(ino))?;
+        let by = mballoc_vol::Caller { privileged: c.vol().privileged && !kill, ..c.vol() };
+        // Group membership matters only to a set-group-ID bit the group
+        // cannot execute (the supplementary groups are read only then).
+        let in_group = a.mode & 0o2010 != 0o2000 || c.in_group(a.gid);
+        if self.vol.drop_privileges(FileId(ino), by.set_id(in_group))? {
+            self.invalidate(ino);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn open(&self, c: Caller, ino: u64, flags: i32, open_flags: u32, out: &mut Out) -> Done {
+        let fh = self.open_file(c, ino, flags, open_flags & OPEN_KILL_SUIDGID != 0).map_err(|e| errno(&e))?;
+        put_open(out, fh);
+        Ok(())
     }
 
     /// Open `ino`; the file handle's bits say how it was opened.
-    pub(crate) fn open_file(&self, req: &Request, ino: u64, flags: i32) -> Result<u64, VolError> {
+    fn open_file(&self, c: Caller, ino: u64, flags: i32, kill: bool) -> Result<u64, VolError> {
         let a = self.vol.attr(FileId(ino))?;
         match a.mode & S_IFMT {
             S_IFDIR => return Err(VolError::IsADirectory(ino)),
@@ -50,7 +81,7 @@ impl VolumeFs {
             _ => return Err(VolError::InvalidArgument(format!("inode {ino} holds no data"))),
         }
         if !open_flags_allowed(flags, a.flags) {
-            return Err(Self::refuse(ino, "immutable, or append-only without O_APPEND"));
+            return Err(refuse(ino, "immutable, or append-only without O_APPEND"));
         }
         let f = FileId(ino);
         self.vol.open_file(f)?;
@@ -60,50 +91,117 @@ impl VolumeFs {
                 let _ = self.vol.close(f);
                 return Err(e);
             }
-            self.vol.drop_privileges(FileId(ino), Self::set_id(req, false))?;
+            self.drop_privileges(c, ino, kill)?;
         }
         Ok(if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 })
     }
 
-    pub(crate) fn read_file(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, VolError> {
-        let f = FileId(ino);
-        let mut buf = vec![0u8; size as usize];
-        let bs = u64::from(self.vol.superblock().block_size);
-        let direct = fh & DIRECT != 0 && aligned(offset, u64::from(size), bs);
-        let n = if direct { self.vol.read_direct(f, offset, &mut buf)? } else { self.vol.read(f, offset, &mut buf)? };
-        buf.truncate(n);
-        if self.atime == Atime::Relatime {
-            self.vol.note_access(FileId(ino))?;
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create(
+        &self,
+        c: Caller,
+        parent: u64,
+        name: &[u8],
+        flags: i32,
+        mode: u32,
+        umask: u32,
+        out: &mut Out,
+    ) -> Done {
+        if name.len() > mballoc_vol::NAME_MAX {
+            return Err(libc::ENAMETOOLONG);
         }
-        Ok(buf)
+        let o = Owner { mode: mode & 0o7777, umask, uid: c.uid, gid: c.gid };
+        let f = self.vol.create_at(FileId(parent), name, o).map_err(|e| errno(&e))?;
+        self.created(f.0, flags, out)
     }
 
-    /// A write; `kill` when the kernel says the writer may not keep the
-    /// set-ID bits (FUSE_WRITE_KILL_SUIDGID).
-    pub(crate) fn write_file(
+    /// `O_TMPFILE`: a file with no name, open once, that `linkat` may
+    /// name later and that goes at its last close otherwise.
+    pub(crate) fn tmpfile(&self, c: Caller, dir: u64, flags: i32, mode: u32, umask: u32, out: &mut Out) -> Done {
+        let o = Owner { mode: mode & 0o7777, umask, uid: c.uid, gid: c.gid };
+        let f = self.vol.create_unnamed(FileId(dir), o).map_err(|e| errno(&e))?;
+        self.created(f.0, flags, out)
+    }
+
+    /// The reply to a create: the entry and the open handle.
+    fn created(&self, ino: u64, flags: i32, out: &mut Out) -> Done {
+        let (a, generation, _) = file_attr(&self.vol, ino).map_err(|e| errno(&e))?;
+        put_entry(out, &a, u64::from(generation), TTL, TTL);
+        put_open(out, if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 });
+        Ok(())
+    }
+
+    pub(crate) fn read(&self, ino: u64, fh: u64, offset: u64, size: u32, out: &mut Out) -> Done {
+        let f = FileId(ino);
+        let bs = u64::from(self.vol.superblock().block_size);
+        // The buffer is reused from request to request: only its growth
+        // is zeroed.
+        out.bytes.resize(size as usize, 0);
+        let direct = fh & DIRECT != 0 && aligned(offset, u64::from(size), bs);
+        let r = if direct {
+            self.vol.read_direct(f, offset, &mut out.bytes)
+        } else {
+            self.vol.read(f, offset, &mut out.bytes)
+        };
+        let n = r.map_err(|e| errno(&e))?;
+        out.bytes.truncate(n);
+        let noted = match if self.vfs.read_only() { Atime::NoAtime } else { self.vfs.atime() } {
+            Atime::Relatime => self.vol.note_access(f),
+            Atime::Strict => self.vol.note_access_as(f, mballoc_vol::AccessTime::Strict),
+            Atime::NoAtime => Ok(false),
+        };
+        // A read that cannot record its access time still read: the
+        // volume refuses changes only when it is read-only or broken.
+        match noted {
+            Ok(true) => self.invalidate(ino),
+            Ok(false) | Err(VolError::ReadOnly) => {}
+            Err(e) => return Err(errno(&e)),
+        }
+        Ok(())
+    }
+
+    /// A write; `write_flags` says whether the writer may keep set-ID bits.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write(
         &self,
-        req: &Request,
+        c: Caller,
         ino: u64,
         fh: u64,
         offset: u64,
+        write_flags: u32,
         data: &[u8],
-        kill: bool,
-    ) -> Result<(), VolError> {
+        out: &mut Out,
+    ) -> Done {
         let f = FileId(ino);
-        let bs = u64::from(self.vol.superblock().block_size);
-        self.vol.drop_privileges(FileId(ino), Self::set_id(req, kill))?;
-        let direct = fh & DIRECT != 0 && aligned(offset, data.len() as u64, bs);
-        if direct {
-            self.vol.write_direct(f, offset, data)?;
-        } else {
-            self.vol.write(f, offset, data)?;
-        }
-        self.vol.touch(f);
+        let r = (|| {
+            let a = self.vol.attr(f)?;
+            if a.flags & FL_IMMUTABLE != 0 {
+                return Err(refuse(ino, "immutable"));
+            }
+            if a.flags & FL_APPEND != 0 && offset < self.vol.size(f)? {
+                return Err(refuse(ino, "append-only, and the write is not at the end"));
+            }
+            self.drop_privileges(c, ino, write_flags & WRITE_KILL_SUIDGID != 0)?;
+            let bs = u64::from(self.vol.superblock().block_size);
+            if fh & DIRECT != 0 && aligned(offset, data.len() as u64, bs) {
+                self.vol.write_direct(f, offset, data)?;
+            } else {
+                self.vol.write(f, offset, data)?;
+            }
+            self.vol.touch(f);
+            // chattr +S: durable before the write returns.
+            if a.flags & FL_SYNC != 0 {
+                self.vol.fsync(f)?;
+            }
+            Ok(())
+        })();
+        r.map_err(|e| errno(&e))?;
+        out.u32(data.len() as u32).u32(0);
         Ok(())
     }
 
     /// `truncate(2)` or `ftruncate(2)`: with or without a handle open.
-    pub(crate) fn truncate(&self, req: &Request, ino: u64, size: u64) -> Result<(), VolError> {
+    pub(crate) fn truncate(&self, c: Caller, ino: u64, size: u64, valid: u32) -> Result<(), VolError> {
         let a = self.vol.attr(FileId(ino))?;
         if a.is_dir() {
             return Err(VolError::IsADirectory(ino));
@@ -112,7 +210,7 @@ impl VolumeFs {
             return Err(VolError::InvalidArgument(format!("inode {ino} holds no data")));
         }
         if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 {
-            return Err(Self::refuse(ino, "immutable or append-only"));
+            return Err(refuse(ino, "immutable or append-only"));
         }
         // The engine truncates open files: `ftruncate` has one, a path
         // truncate of a file nobody holds opens it for the call.
@@ -127,39 +225,43 @@ impl VolumeFs {
             closed?;
         }
         self.vol.touch(f);
-        self.vol.drop_privileges(FileId(ino), Self::set_id(req, false))?;
-        Ok(())
+        self.drop_privileges(c, ino, valid & fattr::KILL_SUIDGID != 0)
     }
 
-    /// Whether a change by `req` clears the set-ID bits: the kernel's word
-    /// for writes, else anyone but root (who has CAP_FSETID).
-    fn set_id(req: &Request, kill: bool) -> SetId {
-        if kill || req.uid() != 0 {
-            SetId::Clear
-        } else {
-            SetId::Keep
+    pub(crate) fn release(&self, ino: u64) -> Done {
+        match self.vol.close(FileId(ino)) {
+            Ok(()) | Err(VolError::Fs(mballoc_fs::FsError::Unlinked(_) | mballoc_fs::FsError::UnknownFile(_))) => {
+                Ok(())
+            }
+            Err(e) => Err(errno(&e)),
         }
+    }
+
+    pub(crate) fn fsync(&self, ino: u64) -> Done {
+        // A regular file's fsync writes its data and commits; anything
+        // else has only names and attributes, which the commit carries.
+        let r = match self.vol.attr(FileId(ino)) {
+            Ok(a) if a.is_file() => self.vol.fsync(FileId(ino)),
+            Ok(_) => self.vol.sync(),
+            Err(e) => Err(e),
+        };
+        r.map_err(|e| errno(&e))
     }
 
     /// `fallocate(2)` as ext4 answers it: allocate (extending the size
     /// unless KEEP_SIZE), PUNCH_HOLE (with KEEP_SIZE; nothing past the
     /// end), ZERO_RANGE (unwritten extents over the range, at or past the
-    /// end too), COLLAPSE_RANGE and INSERT_RANGE (whole blocks, inside
-    /// the file; Linux's FUSE answers those two EOPNOTSUPP itself and
-    /// never sends them, up to 6.18 at least).
-    pub(crate) fn fallocate_file(
-        &self,
-        req: &Request,
-        ino: u64,
-        offset: u64,
-        len: u64,
-        mode: i32,
-    ) -> Result<(), VolError> {
-        let supported = libc::FALLOC_FL_KEEP_SIZE
-            | libc::FALLOC_FL_PUNCH_HOLE
-            | libc::FALLOC_FL_ZERO_RANGE
-            | libc::FALLOC_FL_COLLAPSE_RANGE
-            | libc::FALLOC_FL_INSERT_RANGE;
+    /// end too). Linux's FUSE answers COLLAPSE_RANGE and INSERT_RANGE
+    /// EOPNOTSUPP itself and never sends them.
+    pub(crate) fn fallocate(&self, c: Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Done {
+        self.fallocate_file(c, ino, offset, len, mode).map_err(|e| match e {
+            VolError::InvalidArgument(_) => libc::EOPNOTSUPP,
+            e => errno(&e),
+        })
+    }
+
+    fn fallocate_file(&self, c: Caller, ino: u64, offset: u64, len: u64, mode: i32) -> Result<(), VolError> {
+        let supported = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         if mode & !supported != 0 {
             return Err(VolError::InvalidArgument(format!("fallocate mode {mode:#x}")));
         }
@@ -168,7 +270,7 @@ impl VolumeFs {
         }
         let flags = self.vol.flags(FileId(ino))?;
         if flags & FL_IMMUTABLE != 0 || (flags & FL_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0) {
-            return Err(Self::refuse(ino, "immutable, or append-only"));
+            return Err(refuse(ino, "immutable, or append-only"));
         }
         let f = FileId(ino);
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
@@ -182,21 +284,35 @@ impl VolumeFs {
                     self.vol.punch_hole(f, offset, inside)?;
                 }
             }
-            libc::FALLOC_FL_COLLAPSE_RANGE if !keep => self.vol.collapse_range(f, offset, len)?,
-            libc::FALLOC_FL_INSERT_RANGE if !keep => self.vol.insert_range(f, offset, len)?,
-            libc::FALLOC_FL_ZERO_RANGE => {
-                // Zeroes as unwritten extents, as ext4 does: drop what the
-                // range holds inside the file, then allocate it unwritten.
-                if inside > 0 {
-                    self.vol.punch_hole(f, offset, inside)?;
-                }
-                self.vol.fallocate(f, offset, len, size_mode)?;
-            }
+            libc::FALLOC_FL_ZERO_RANGE => self.vol.zero_range(f, offset, len, size_mode)?,
             _ => return Err(VolError::InvalidArgument(format!("fallocate mode {mode:#x}"))),
         }
         self.vol.touch(f);
-        self.vol.drop_privileges(FileId(ino), Self::set_id(req, false))?;
+        self.drop_privileges(c, ino, false)?;
         Ok(())
+    }
+
+    /// `lseek` with SEEK_DATA or SEEK_HOLE: the kernel's own answer (the
+    /// whole file is data) is what ENOSYS gives.
+    pub(crate) fn lseek(&self, _ino: u64, _offset: u64, _whence: u32, _out: &mut Out) -> Done {
+        Err(libc::ENOSYS)
+    }
+
+    /// `copy_file_range`: the kernel copies through reads and writes
+    /// itself when the server declines (ENOSYS), and those writes meet
+    /// every rule above.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn copy_file_range(
+        &self,
+        _c: Caller,
+        _ino: u64,
+        _off_in: u64,
+        _nodeid_out: u64,
+        _off_out: u64,
+        _len: u64,
+        _out: &mut Out,
+    ) -> Done {
+        Err(libc::ENOSYS)
     }
 }
 
@@ -211,6 +327,7 @@ mod tests {
         assert!(!open_flags_allowed(libc::O_RDONLY | libc::O_TRUNC, FL_IMMUTABLE));
         assert!(!open_flags_allowed(libc::O_WRONLY, FL_APPEND));
         assert!(open_flags_allowed(libc::O_WRONLY | libc::O_APPEND, FL_APPEND));
+        assert!(!open_flags_allowed(libc::O_RDWR | libc::O_APPEND | libc::O_TRUNC, FL_APPEND));
         assert!(open_flags_allowed(libc::O_RDWR, 0));
     }
 }

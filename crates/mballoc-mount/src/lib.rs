@@ -1,11 +1,14 @@
 //! # mballoc-mount — a volume as a FUSE file system
 //!
 //! The server behind `mballoc mount`: programs written elsewhere (fio,
-//! tar, git, rsync, cp -a) reach the engine through ordinary system calls.
-//! Each FUSE request maps onto one or a few [`Volume`] calls; FUSE inode
-//! numbers are the volume's (the root is 1 on both sides), and each
-//! inode's generation number travels with it, so file handles can be
-//! exported (`name_to_handle_at`, NFS).
+//! tar, git, rsync, cp -a, xfstests) reach the engine through ordinary
+//! system calls. The crate speaks the kernel's FUSE protocol itself
+//! (`fuse`: the wire format, the connection, mounting, the serving
+//! threads) and maps each request onto one or a few [`Volume`] calls
+//! (`server` dispatches; `entries`, `data`, `control` and `dirs` hold
+//! the operations). FUSE inode numbers are the volume's (the root is 1 on
+//! both sides), and each inode's generation number travels with it, so
+//! file handles can be exported (`name_to_handle_at`, NFS).
 //!
 //! ## What is durable when
 //!
@@ -15,66 +18,61 @@
 //! and attributes changed before then.** An `fsync` writes the file's
 //! dirty data and commits the journal. A thread syncs the whole volume
 //! every half interval ([`MountConfig::commit`]), so a write is durable at
-//! most one interval later while a sync takes under half of it. `sync(2)`
-//! and `syncfs(2)` return without reaching this server: the kernel sends
-//! them only to fuseblk and virtiofs servers, so the interval is what
-//! bounds them here. Unmounting syncs, checkpoints and marks the volume
-//! clean.
+//! most one interval later while a sync takes under half of it. On a
+//! fuseblk mount (a block device, or `-o loop`) `sync(2)` and `syncfs(2)`
+//! reach the server (`FUSE_SYNCFS`) and are durable on return; on a plain
+//! mount the kernel does not pass them on, and the interval bounds them.
+//! Unmounting syncs, checkpoints and marks the volume clean.
 //!
 //! ## What a program sees
 //!
-//! * Regular files, directories (`st_nlink` = 2 + subdirectories), hard
-//!   links, symbolic links, FIFOs, sockets and device nodes (stored, opened
-//!   by the kernel), names up to 255 bytes, extended attributes in the
-//!   `user.`, `trusted.`, `security.` and `system.` namespaces, chattr's
-//!   immutable, append-only, nodump and noatime flags (`FS_IOC_GETFLAGS`,
-//!   `FS_IOC_SETFLAGS`).
-//! * A file unlinked while open keeps working through its descriptors and
-//!   is freed at its last close; one a crash left behind is freed at the
-//!   next mount (ext4's orphan list).
-//! * Directory listings are stable: an entry present for the whole listing
-//!   is returned once, however the directory changes meanwhile ([`dirs`]).
-//! * `rename` with `RENAME_NOREPLACE` and `RENAME_EXCHANGE`; `truncate` by
-//!   path; `fallocate` allocate, PUNCH_HOLE and ZERO_RANGE at and past the
-//!   end of the file as ext4; set-user-ID and set-group-ID bits cleared by
-//!   writes from anyone but root; set-group-ID directories passing their
-//!   group down; access times as ext4's `relatime` (or `noatime`).
-//! * Permissions are the kernel's (`default_permissions`), for every user
-//!   (`allow_other`); devices and set-user-ID bits have no effect (`nodev`,
-//!   `nosuid`).
+//! What ext4 shows, checked by the same observations on both
+//! (`tests/posix.rs`) and by xfstests (docs/MOUNT.md): hard and symbolic
+//! links, device nodes (opened by the kernel; a user's mount is `nodev`),
+//! FIFOs, sockets, extended attributes and POSIX ACLs, chattr flags,
+//! files and directories removed while open, `O_TMPFILE`, `renameat2`'s
+//! three flags, set-ID bits cleared as the VFS clears them, access times
+//! as the mount's VFS flags say (`vfs_flags`), stable listings (`dirs`),
+//! shutdown, the label and FITRIM. `COLLAPSE_RANGE` and `INSERT_RANGE`
+//! are refused by the kernel's FUSE before any server sees them (the
+//! volume has both: [`mballoc_vol::Volume::collapse_range`]).
 //!
-//! * POSIX ACLs (`system.posix_acl_access`, `system.posix_acl_default`):
-//!   the kernel enforces them, the volume keeps them and the mode in step
-//!   and applies default ACLs (and otherwise the umask) to new inodes.
+//! ## When something goes wrong
 //!
-//! Not there: `RENAME_WHITEOUT` (`EOPNOTSUPP`), and `COLLAPSE_RANGE` and
-//! `INSERT_RANGE`, which the kernel's FUSE refuses before any server
-//! sees them (the volume has both: [`mballoc_vol::Volume::collapse_range`]).
+//! A request that meets a bug (a panic) is answered EIO; the volume then
+//! takes no more changes ([`mballoc_vol::Halt`]), as ext4's
+//! `errors=remount-ro`: the mount stays up, reads go on, and what was
+//! committed is kept. A request the server cannot decode is answered EIO.
 //!
-//! The mount ends on `mballoc umount`, `fusermount3 -u`, SIGTERM, SIGINT or
-//! SIGHUP: the session stops, then the volume syncs, checkpoints and is
-//! marked clean. A killed server leaves the journal, which the next mount
-//! replays like any crash.
+//! The mount ends on `mballoc umount`, `umount`, `fusermount3 -u`,
+//! SIGTERM, SIGINT or SIGHUP: the session stops, then the volume syncs,
+//! checkpoints and is marked clean. A killed server leaves the journal,
+//! which the next mount replays like any crash. SIGUSR1 prints the
+//! per-request counters (`--stats` prints them at unmount).
 
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+mod control;
 mod data;
-pub mod dirs;
-mod errno;
+mod dirs;
+mod entries;
 mod flusher;
+mod fuse;
 mod options;
 mod server;
 mod stat;
 mod table;
+mod vfs_flags;
 
 pub use options::{parse_size, Atime, MountConfig, Profile};
 pub use table::{is_mounted, mounted_source, umount};
 
 use anyhow::{Context, Result};
-use fuser::{Config, MountOption, Session};
+use fuse::mount::MountSpec;
 use mballoc_fs::FsConfig;
 use mballoc_vol::{Access, FileDevice, MountOptions, OpenMode, Volume};
+use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -89,16 +87,62 @@ pub struct MountArgs {
     pub config: MountConfig,
 }
 
+/// The devices a mount holds: the volume, and for `-o loop` the loop
+/// device it reaches the volume file through (the file stays locked).
+struct Devices {
+    volume: Arc<FileDevice>,
+    /// The block device a fuseblk mount names, if any.
+    block: Option<PathBuf>,
+    _file: Option<FileDevice>,
+}
+
+fn open_devices(args: &MountArgs) -> Result<Devices> {
+    let c = &args.config;
+    let path = &args.volume;
+    let kind = std::fs::metadata(path).with_context(|| format!("opening {}", path.display()))?.file_type();
+    let fuseblk = (kind.is_block_device() || c.loop_device) && !c.read_only && nix::unistd::geteuid().is_root();
+    if !fuseblk {
+        let mode = if c.read_only { OpenMode::ReadOnly } else { OpenMode::ReadWrite };
+        let dev = FileDevice::open(path, mode).with_context(|| format!("opening {}", path.display()))?;
+        return Ok(Devices { volume: Arc::new(dev), block: None, _file: None });
+    }
+    if kind.is_block_device() {
+        // The kernel claims the device for the mount; this open must not.
+        let dev = FileDevice::open(path, OpenMode::ReadWriteKernelClaimed)
+            .with_context(|| format!("opening {}", path.display()))?;
+        return Ok(Devices { volume: Arc::new(dev), block: Some(path.clone()), _file: None });
+    }
+    // -o loop: the file stays locked for the mount's life; its data goes
+    // through a loop device that detaches itself when the last user closes it.
+    let file = FileDevice::open(path, OpenMode::ReadWrite).with_context(|| format!("opening {}", path.display()))?;
+    let backing = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+    let (loopdev, held) = fuse::attach_loop(&backing).context("setting up a loop device (-o loop)")?;
+    drop(backing);
+    let dev = FileDevice::open(&loopdev, OpenMode::ReadWriteKernelClaimed)
+        .with_context(|| format!("opening {}", loopdev.display()))?;
+    // The volume's open holds the loop device now.
+    drop(held);
+    Ok(Devices { volume: Arc::new(dev), block: Some(loopdev), _file: Some(file) })
+}
+
 /// Mount and serve until unmounted or signalled; then sync and close the
 /// volume cleanly. Returns once the volume is closed.
 pub fn serve(args: &MountArgs) -> Result<()> {
     let c = &args.config;
-    let mode = if c.read_only { OpenMode::ReadOnly } else { OpenMode::ReadWrite };
-    let dev = FileDevice::open(&args.volume, mode).with_context(|| format!("opening {}", args.volume.display()))?;
+    // A volume mounted already is mounted again as ext4 mounts a mounted
+    // device again: the same file system at a second place (a bind mount
+    // of the first), served by the one server.
+    let canonical = std::fs::canonicalize(&args.volume).unwrap_or_else(|_| args.volume.clone());
+    if let Some(first) = table::mount_point_of(&canonical)? {
+        fuse::mount::bind(&first, &args.dir, c.read_only)?;
+        eprintln!("mballoc mount: {} is mounted on {}: mounted there too", args.volume.display(), first.display());
+        return Ok(());
+    }
+    let devices = open_devices(args)?;
     let access = if c.read_only { Access::ReadOnly } else { Access::ReadWrite };
     let opts = MountOptions { folio_size: c.folio, access, ..MountOptions::default() };
     let profile = c.profile;
-    let vol = Volume::open_with(Arc::new(dev), opts, |cfg| {
+    let vol = Volume::open_with(devices.volume.clone(), opts, |cfg| {
         if profile == Profile::Kernel {
             *cfg = FsConfig::kernel(cfg.geometry);
         }
@@ -106,47 +150,69 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     .with_context(|| format!("mounting {}", args.volume.display()))?;
     let vol = Arc::new(vol);
     let source = std::fs::canonicalize(&args.volume).unwrap_or_else(|_| args.volume.clone());
-    let mut cfg = Config::default();
-    cfg.mount_options = vec![
-        MountOption::FSName(format!("{}{}", table::SOURCE_PREFIX, source.display())),
-        MountOption::Subtype("mballoc".into()),
-        MountOption::DefaultPermissions,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-    ];
-    if c.read_only {
-        cfg.mount_options.push(MountOption::RO);
+    let table_source = match &devices.block {
+        Some(b) => b.display().to_string(),
+        None => format!("{}{}", table::SOURCE_PREFIX, source.display()),
+    };
+    let root = nix::unistd::geteuid().is_root();
+    let spec = MountSpec {
+        source: &table_source,
+        dir: &args.dir,
+        subtype: "mballoc",
+        // The kernel's block size for the mount: at most a page.
+        block: devices.block.as_ref().map(|_| vol.superblock().block_size.min(4096)),
+        read_only: c.read_only,
+        // Device nodes and set-user-ID programs work as on ext4 when root
+        // mounts; a user's mount cannot have them.
+        devices: root,
+        atime: c.atime,
+    };
+    let fs = server::VolumeFs::new(vol.clone(), c.atime, c.read_only);
+    let ch = fuse::mount::mount(&spec)?;
+    if let Ok(n) = ch.clone_for_thread() {
+        let _ = fs.notifier.set(n);
     }
-    cfg.acl = fuser::SessionACL::All;
-    cfg.n_threads = Some(c.threads.max(1));
-    let fs = server::VolumeFs { vol: vol.clone(), listings: dirs::Listings::default(), atime: c.atime };
-    let mut session =
-        Session::new(fs, &args.dir, &cfg).with_context(|| format!("mounting on {}", args.dir.display()))?;
     let flusher = if c.read_only { None } else { flusher::Flusher::start(vol.clone(), c.commit) };
-    let mut unmounter = session.unmount_callable();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGHUP,
-    ])
-    .context("installing signal handlers")?;
+    let vfs = vfs_flags::Watcher::start(&args.dir, fs.vfs.clone(), vol.clone());
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
+        .context("installing signal handlers")?;
     let handle = signals.handle();
     let dir = args.dir.clone();
+    let stats = Arc::new(fuse::stats::RequestStats::default());
+    let counted = stats.clone();
     let watcher = std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
+        for sig in signals.forever() {
+            if sig == SIGUSR1 {
+                eprint!("mballoc mount: requests so far on {}:\n{}", dir.display(), counted.report());
+                continue;
+            }
             eprintln!("mballoc mount: signal {sig}: unmounting {}", dir.display());
-            if let Err(e) = unmounter.unmount() {
+            if let Err(e) = fuse::mount::unmount(&dir, true) {
                 eprintln!("mballoc mount: unmounting {}: {e}", dir.display());
             }
+            break;
         }
     });
-    let served = session.run();
+    let served = fuse::session::serve(ch, c.threads, server::VolumeFs::wanted(), &fs, &stats);
+    if c.stats {
+        eprint!("mballoc mount: requests served on {}:\n{}", args.dir.display(), stats.report());
+    }
     handle.close();
     let _ = watcher.join();
+    drop(vfs);
     drop(flusher);
     served.with_context(|| format!("serving {}", args.dir.display()))?;
+    drop(fs);
     let vol =
         Arc::try_unwrap(vol).map_err(|_| anyhow::anyhow!("the volume is still in use after the session ended"))?;
+    if vol.is_halted() {
+        // After a shutdown or a bug the volume writes nothing more: it is
+        // left as a crash leaves it, and the next mount replays its journal.
+        eprintln!("mballoc mount: {} was not marked clean; the next mount replays its journal", args.volume.display());
+        return Ok(());
+    }
     vol.unmount().with_context(|| format!("closing {}", args.volume.display()))?;
+    drop(devices);
     Ok(())
 }

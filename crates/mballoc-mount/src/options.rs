@@ -31,9 +31,22 @@ pub enum Atime {
     /// ext4's default: when the access time is not after the last change,
     /// or is a day old.
     #[default]
-    Relatime,
+    Relatime = 0,
     /// Never.
-    NoAtime,
+    NoAtime = 1,
+    /// On every read (`strictatime`).
+    Strict = 2,
+}
+
+impl Atime {
+    /// The mode stored as `n` (`self as u8`); anything else is relatime.
+    pub fn from_u8(n: u8) -> Atime {
+        match n {
+            1 => Atime::NoAtime,
+            2 => Atime::Strict,
+            _ => Atime::Relatime,
+        }
+    }
 }
 
 /// How a volume is served.
@@ -52,6 +65,11 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Access-time updates.
     pub atime: Atime,
+    /// Reach a volume file through a loop device and mount it as fuseblk
+    /// (root only), so `sync(2)` and `syncfs(2)` reach the server.
+    pub loop_device: bool,
+    /// Print per-request counters at unmount (and on SIGUSR1).
+    pub stats: bool,
 }
 
 impl Default for MountConfig {
@@ -63,6 +81,8 @@ impl Default for MountConfig {
             commit: Duration::from_secs(5),
             read_only: false,
             atime: Atime::Relatime,
+            loop_device: false,
+            stats: false,
         }
     }
 }
@@ -96,6 +116,9 @@ impl MountConfig {
                 "ro" => self.read_only = true,
                 "noatime" => self.atime = Atime::NoAtime,
                 "relatime" | "atime" => self.atime = Atime::Relatime,
+                "strictatime" => self.atime = Atime::Strict,
+                "loop" => self.loop_device = true,
+                "stats" => self.stats = true,
                 "folio" => self.folio = parse_size(need()?).context("folio=")?,
                 "threads" => {
                     self.threads = need()?.parse().context("threads=: a count")?;
@@ -112,8 +135,8 @@ impl MountConfig {
                 }
                 k if IGNORED.contains(&k) || k.starts_with("x-") => {}
                 k => bail!(
-                    "unknown mount option {k:?}; known: commit=SECS, ro, noatime, relatime, folio=SIZE, \
-                     threads=N, profile=default|kernel"
+                    "unknown mount option {k:?}; known: commit=SECS, ro, noatime, relatime, strictatime, \
+                     loop, stats, folio=SIZE, threads=N, profile=default|kernel"
                 ),
             }
         }
@@ -132,8 +155,16 @@ impl MountConfig {
         if self.read_only {
             v.push("ro".into());
         }
-        if self.atime == Atime::NoAtime {
-            v.push("noatime".into());
+        match self.atime {
+            Atime::NoAtime => v.push("noatime".into()),
+            Atime::Strict => v.push("strictatime".into()),
+            Atime::Relatime => {}
+        }
+        if self.loop_device {
+            v.push("loop".into());
+        }
+        if self.stats {
+            v.push("stats".into());
         }
         v.join(",")
     }
@@ -159,9 +190,9 @@ mod tests {
     #[test]
     fn options_round_trip_and_bad_ones_are_named() {
         let mut c = MountConfig::default();
-        c.apply("commit=10,ro,noatime,folio=64K,threads=8,profile=kernel,defaults,x-systemd.automount").unwrap();
+        c.apply("commit=10,ro,noatime,folio=64K,threads=8,profile=kernel,loop,defaults,x-systemd.automount").unwrap();
         assert_eq!(c.commit, Duration::from_secs(10));
-        assert!(c.read_only && c.atime == Atime::NoAtime && c.folio == 64 << 10 && c.threads == 8);
+        assert!(c.read_only && c.atime == Atime::NoAtime && c.folio == 64 << 10 && c.threads == 8 && c.loop_device);
         let mut d = MountConfig::default();
         d.apply(&c.to_options()).unwrap();
         assert_eq!(c, d);

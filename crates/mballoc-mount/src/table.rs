@@ -10,27 +10,48 @@ use std::time::Duration;
 /// subtype does not reach it).
 pub(crate) const SOURCE_PREFIX: &str = "mballoc:";
 
-/// The mount table's source for `dir`, if an mballoc volume is mounted there.
-pub fn mounted_source(dir: &Path) -> Result<Option<String>> {
-    let dir = std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+/// Our mounts in the mount table: (mount point, volume). A fuse mount
+/// names the volume after the prefix; a fuseblk mount names its block
+/// device.
+fn our_mounts() -> Result<Vec<(String, String)>> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    let mut out = Vec::new();
     for line in table.lines() {
         // id parent major:minor root mount-point options... - type source super-options
         let fields: Vec<&str> = line.split(' ').collect();
         let Some(dash) = fields.iter().position(|&f| f == "-") else { continue };
-        let (point, fstype, source) = (fields.get(4), fields.get(dash + 1), fields.get(dash + 2));
-        let ours = fstype.is_some_and(|t| *t == "fuse" || *t == "fuse.mballoc");
-        if ours && point.map(|p| unescape(p)) == Some(dir.display().to_string()) {
-            if let Some(volume) = source.and_then(|s| unescape(s).strip_prefix(SOURCE_PREFIX).map(String::from)) {
-                return Ok(Some(volume));
-            }
+        let (Some(point), Some(&fstype), Some(source)) = (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
+        else {
+            continue;
+        };
+        let source = unescape(source);
+        let volume = match fstype {
+            "fuseblk.mballoc" => Some(source),
+            "fuse" | "fuse.mballoc" => source.strip_prefix(SOURCE_PREFIX).map(String::from),
+            _ => None,
+        };
+        if let Some(v) = volume {
+            out.push((unescape(point), v));
         }
     }
-    Ok(None)
+    Ok(out)
+}
+
+/// The mount table's source for `dir`, if an mballoc volume is mounted there.
+pub fn mounted_source(dir: &Path) -> Result<Option<String>> {
+    let dir = std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))?;
+    let dir = dir.display().to_string();
+    Ok(our_mounts()?.into_iter().find(|(point, _)| *point == dir).map(|(_, v)| v))
+}
+
+/// Where `volume` (a canonical path) is mounted already, if it is.
+pub(crate) fn mount_point_of(volume: &Path) -> Result<Option<std::path::PathBuf>> {
+    let v = volume.display().to_string();
+    Ok(our_mounts()?.into_iter().find(|(_, vol)| *vol == v).map(|(point, _)| point.into()))
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> String {
+pub(crate) fn unescape(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -57,13 +78,10 @@ pub fn umount(dir: &Path) -> Result<()> {
     let Some(source) = mounted_source(dir)? else {
         bail!("no mballoc volume is mounted on {}", dir.display());
     };
-    let status = std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(dir)
-        .status()
-        .context("running fusermount3 (install fuse3)")?;
-    if !status.success() {
-        bail!("fusermount3 -u {} failed ({status})", dir.display());
+    crate::fuse::mount::unmount(dir, false)?;
+    // Mounted elsewhere too: the server goes on serving that mount.
+    if our_mounts()?.iter().any(|(_, v)| *v == source) {
+        return Ok(());
     }
     // The server holds the volume's lock until it has written it home.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);

@@ -245,7 +245,7 @@ def c_special_files(d):
     for n in ("fifo", "null", "blk", "sock"):
         st = os.lstat(f"{d}/{n}")
         out.append(f"{n} {stat.filemode(st.st_mode)} rdev {os.major(st.st_rdev)},{os.minor(st.st_rdev)}")
-    # nodev on both mounts: a device node is stored, not opened.
+    # Neither mount is nodev: the device node opens the device.
     out.append(f"open null {err(os.open, f'{d}/null', os.O_RDONLY)}")
     return out
 

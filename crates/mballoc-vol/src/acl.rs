@@ -35,7 +35,8 @@ pub struct Acl {
 impl Acl {
     /// Parse and check an ACL as the kernel would accept it: version 2,
     /// one owner, owning-group and other entry each, a mask wherever
-    /// there are named users or groups, permissions in `rwx`.
+    /// there are named users or groups (and, as Linux allows, a mask
+    /// without them), permissions in `rwx`.
     pub fn parse(b: &[u8]) -> Result<Acl, String> {
         if b.len() < 4 || !(b.len() - 4).is_multiple_of(8) {
             return Err(format!("an ACL of {} bytes", b.len()));
@@ -57,8 +58,8 @@ impl Acl {
         if count(USER_OBJ) != 1 || count(GROUP_OBJ) != 1 || count(OTHER) != 1 || count(MASK) > 1 {
             return Err("an ACL without exactly one owner, group and other entry".into());
         }
-        if (count(USER) + count(GROUP) > 0) != (count(MASK) == 1) {
-            return Err("an ACL whose mask does not match its named entries".into());
+        if count(USER) + count(GROUP) > 0 && count(MASK) == 0 {
+            return Err("an ACL with named entries and no mask".into());
         }
         for &(tag, perm, _) in &entries {
             if ![USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER].contains(&tag) || perm > 7 {
@@ -169,6 +170,11 @@ mod tests {
         assert!(Acl::parse(&[2, 0, 0, 0]).is_err(), "no entries");
         let no_mask = Acl { entries: vec![(USER_OBJ, 6, 0), (USER, 6, 1), (GROUP_OBJ, 4, 0), (OTHER, 0, 0)] };
         assert!(Acl::parse(&no_mask.encode()).is_err(), "a named user needs a mask");
+        // generic/529's: a mask and nothing named, which Linux accepts;
+        // the group class is then the mask.
+        let bare_mask = acl(&[(USER_OBJ, 0, 0), (GROUP_OBJ, 0, 0), (MASK, 4, 0), (OTHER, 0, 0)]);
+        assert_eq!(bare_mask.mode_bits(), 0o040);
+        assert!(!bare_mask.is_minimal());
         let mut bad = named.encode();
         bad[0] = 3;
         assert!(Acl::parse(&bad).is_err(), "version");

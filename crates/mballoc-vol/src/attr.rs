@@ -39,6 +39,8 @@ pub const S_IFIFO: u32 = 0o010_000;
 /// A socket.
 pub const S_IFSOCK: u32 = 0o140_000;
 
+/// chattr `S`: writes are synchronous (durable when they return).
+pub const FL_SYNC: u32 = 0x08;
 /// chattr `i`: no change to contents, names or attributes.
 pub const FL_IMMUTABLE: u32 = 0x10;
 /// chattr `a`: writes only at the end; no truncation, no unlink.
@@ -47,8 +49,16 @@ pub const FL_APPEND: u32 = 0x20;
 pub const FL_NODUMP: u32 = 0x40;
 /// chattr `A`: no access-time updates.
 pub const FL_NOATIME: u32 = 0x80;
+/// Attribute-string encoding bit: extended attribute value lengths take
+/// 4 bytes (set only when a value is longer than 65535 bytes).
+const WIDE_VALUES: u16 = 1;
+/// Attribute-string encoding bit: a birth time (8 bytes) follows the
+/// fixed fields.
+const BIRTH_TIME: u16 = 2;
+/// Longest extended attribute value (Linux's `XATTR_SIZE_MAX`).
+pub const XATTR_VALUE_MAX: usize = 65536;
 /// Every chattr flag the volume keeps (ext4's values).
-pub const FL_KNOWN: u32 = FL_IMMUTABLE | FL_APPEND | FL_NODUMP | FL_NOATIME;
+pub const FL_KNOWN: u32 = FL_SYNC | FL_IMMUTABLE | FL_APPEND | FL_NODUMP | FL_NOATIME;
 
 /// Bytes of the attribute string kept in the inode record itself.
 pub const ATTR_INLINE: usize = 260;
@@ -89,6 +99,9 @@ pub struct Attr {
     pub mtime: i64,
     /// Last change of the inode.
     pub ctime: i64,
+    /// When the inode was made (`statx`'s birth time); 0 for inodes made
+    /// before the volume kept it.
+    pub btime: i64,
     /// Every name: one for a directory (none for the root), any number
     /// for other inodes (none: an orphan).
     pub links: Vec<Link>,
@@ -127,7 +140,7 @@ impl Attr {
 
     /// The root directory of a new volume, made at `now`.
     pub fn root(now: i64) -> Attr {
-        Attr { mode: S_IFDIR | 0o755, atime: now, mtime: now, ctime: now, generation: 1, ..Attr::default() }
+        Attr { mode: S_IFDIR | 0o755, atime: now, mtime: now, ctime: now, btime: now, generation: 1, ..Attr::default() }
     }
 
     /// The attribute string, [`MAX_ATTR_BYTES`] at most (checked before
@@ -146,6 +159,12 @@ impl Attr {
         put16(&mut b, 48, self.links.len() as u16);
         put16(&mut b, 50, self.target.len() as u16);
         put16(&mut b, 52, self.xattrs.len() as u16);
+        let wide = self.wide_values();
+        let born = self.btime != 0;
+        put16(&mut b, 54, if wide { WIDE_VALUES } else { 0 } | if born { BIRTH_TIME } else { 0 });
+        if born {
+            b.extend_from_slice(&self.btime.to_le_bytes());
+        }
         for l in &self.links {
             b.extend_from_slice(&(l.parent as u32).to_le_bytes());
             b.push(l.name.len() as u8);
@@ -154,7 +173,11 @@ impl Attr {
         b.extend_from_slice(&self.target);
         for (k, v) in &self.xattrs {
             b.push(k.len() as u8);
-            b.extend_from_slice(&(v.len() as u16).to_le_bytes());
+            if wide {
+                b.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            } else {
+                b.extend_from_slice(&(v.len() as u16).to_le_bytes());
+            }
             b.extend_from_slice(k);
             b.extend_from_slice(v);
         }
@@ -162,12 +185,20 @@ impl Attr {
         b
     }
 
+    /// Whether a value is too long for a 16-bit length (Linux allows
+    /// 65536 bytes): then every value's length takes 4 bytes.
+    fn wide_values(&self) -> bool {
+        self.xattrs.values().any(|v| v.len() > usize::from(u16::MAX))
+    }
+
     /// Bytes [`Attr::encode`] gives, without encoding.
     pub fn encoded_len(&self) -> usize {
+        let len_bytes = if self.wide_values() { 4 } else { 2 };
         FIXED
+            + if self.btime != 0 { 8 } else { 0 }
             + self.links.iter().map(|l| 5 + l.name.len()).sum::<usize>()
             + self.target.len()
-            + self.xattrs.iter().map(|(k, v)| 3 + k.len() + v.len()).sum::<usize>()
+            + self.xattrs.iter().map(|(k, v)| 1 + len_bytes + k.len() + v.len()).sum::<usize>()
     }
 
     /// Parse an attribute string, checking it as [`Attr::validate`] does.
@@ -187,7 +218,11 @@ impl Attr {
             ctime: get64(b, 40) as i64,
             ..Attr::default()
         };
-        let (links, target, xattrs) = (get16(b, 48), get16(b, 50) as usize, get16(b, 52));
+        let (links, target, xattrs, encoding) = (get16(b, 48), get16(b, 50) as usize, get16(b, 52), get16(b, 54));
+        if encoding & !(WIDE_VALUES | BIRTH_TIME) != 0 {
+            return Err(format!("unknown encoding bits {encoding:#x}"));
+        }
+        let wide = encoding & WIDE_VALUES != 0;
         let mut at = FIXED;
         let short = || "attributes cut short".to_string();
         let take = |at: &mut usize, n: usize| -> std::result::Result<std::ops::Range<usize>, String> {
@@ -195,6 +230,13 @@ impl Attr {
             *at = r.end;
             Ok(r)
         };
+        if encoding & BIRTH_TIME != 0 {
+            let r = take(&mut at, 8)?;
+            a.btime = get64(b, r.start) as i64;
+            if a.btime == 0 {
+                return Err("a birth time of 0 stored".into());
+            }
+        }
         for _ in 0..links {
             let head = take(&mut at, 5)?;
             let parent = u64::from(get32(b, head.start));
@@ -203,13 +245,20 @@ impl Attr {
         }
         a.target = b[take(&mut at, target)?].to_vec();
         for _ in 0..xattrs {
-            let head = take(&mut at, 3)?;
-            let (klen, vlen) = (b[head.start] as usize, get16(b, head.start + 1) as usize);
+            let head = take(&mut at, if wide { 5 } else { 3 })?;
+            let klen = b[head.start] as usize;
+            let vlen = if wide { get32(b, head.start + 1) as usize } else { get16(b, head.start + 1) as usize };
             let k = b[take(&mut at, klen)?].to_vec();
             let v = b[take(&mut at, vlen)?].to_vec();
-            if a.xattrs.insert(k, v).is_some() {
-                return Err("an extended attribute named twice".into());
+            // Stored in name order, as encoding writes them: a string in
+            // any other order would not read back as the same bytes.
+            if a.xattrs.last_key_value().is_some_and(|(last, _)| *last >= k) {
+                return Err("extended attributes out of name order, or one named twice".into());
             }
+            a.xattrs.insert(k, v);
+        }
+        if wide != a.wide_values() {
+            return Err("value lengths of the wrong width".into());
         }
         if at != b.len() {
             return Err(format!("{} bytes past the attributes", b.len() - at));
@@ -251,8 +300,11 @@ impl Attr {
         if self.rdev != 0 && kind != S_IFCHR && kind != S_IFBLK {
             return Err(format!("device number {:#x} on mode {:o}", self.rdev, self.mode));
         }
-        for k in self.xattrs.keys() {
+        for (k, v) in &self.xattrs {
             check_xattr_name(k).map_err(|e| e.to_string())?;
+            if v.len() > XATTR_VALUE_MAX {
+                return Err(format!("an extended attribute value of {} bytes", v.len()));
+            }
         }
         if self.encoded_len() > MAX_ATTR_BYTES {
             return Err(format!("attributes of {} bytes", self.encoded_len()));
@@ -261,10 +313,11 @@ impl Attr {
     }
 
     /// Refuse a change that would make the attributes too large to keep.
-    pub fn check_room(&self) -> Result<()> {
+    /// `max`: the volume's [`crate::Superblock::max_attr_bytes`].
+    pub fn check_room(&self, max: usize) -> Result<()> {
         let len = self.encoded_len();
-        if len > MAX_ATTR_BYTES {
-            return Err(VolError::NoRoom { bytes: len, max: MAX_ATTR_BYTES });
+        if len > max {
+            return Err(VolError::NoRoom { bytes: len, max });
         }
         Ok(())
     }
@@ -346,7 +399,16 @@ mod tests {
 
     #[test]
     fn attributes_round_trip_in_strings_and_the_journal() {
-        let mut a = Attr { uid: 7, gid: 9, atime: -5, mtime: 1 << 40, ctime: 3, generation: 4, ..file(12, "fio.0.0") };
+        let mut a = Attr {
+            uid: 7,
+            gid: 9,
+            atime: -5,
+            mtime: 1 << 40,
+            ctime: 3,
+            btime: 2,
+            generation: 4,
+            ..file(12, "fio.0.0")
+        };
         a.links.push(Link { parent: 13, name: vec![b'x'; NAME_MAX] });
         a.xattrs.insert(b"user.k".to_vec(), vec![1, 2, 3]);
         a.xattrs.insert(b"security.selinux".to_vec(), Vec::new());
@@ -362,6 +424,34 @@ mod tests {
         assert_eq!(Attr::decode(&link.encode()).unwrap(), link);
         let dev = Attr { mode: S_IFCHR | 0o600, rdev: 0x0103, ..file(12, "null") };
         assert_eq!(Attr::decode(&dev.encode()).unwrap(), dev);
+        // A value of Linux's largest size widens every value's length.
+        let mut wide = a.clone();
+        wide.xattrs.insert(b"user.long".to_vec(), vec![9; XATTR_VALUE_MAX]);
+        let b = wide.encode();
+        assert_eq!((b.len(), get16(&b, 54)), (wide.encoded_len(), WIDE_VALUES | BIRTH_TIME));
+        assert_eq!(Attr::decode(&b).unwrap(), wide);
+    }
+
+    /// A string whose attributes are out of name order (or of the other
+    /// width) would not encode back to the same bytes, and so not to the
+    /// same checksum: refused when read, not rewritten later.
+    #[test]
+    fn attributes_in_another_order_or_width_are_refused() {
+        let mut a = file(12, "f");
+        a.xattrs.insert(b"user.a".to_vec(), b"1".to_vec());
+        a.xattrs.insert(b"user.b".to_vec(), b"2".to_vec());
+        let b = a.encode();
+        let at = b.len() - 2 * (1 + 2 + 6 + 1);
+        let mut swapped = b[..at].to_vec();
+        swapped.extend_from_slice(&b[at + 10..]);
+        swapped.extend_from_slice(&b[at..at + 10]);
+        assert!(Attr::decode(&swapped).unwrap_err().contains("order"));
+        let mut widened = b.clone();
+        put16(&mut widened, 54, WIDE_VALUES);
+        assert!(Attr::decode(&widened).is_err());
+        let mut unknown = b;
+        put16(&mut unknown, 54, 2);
+        assert!(Attr::decode(&unknown).is_err());
     }
 
     #[test]
@@ -389,7 +479,7 @@ mod tests {
         assert!(xa.validate().is_err());
         let mut big = ok;
         big.xattrs.insert(b"user.big".to_vec(), vec![0; MAX_ATTR_BYTES]);
-        assert!(big.validate().is_err() && big.check_room().is_err());
+        assert!(big.validate().is_err() && big.check_room(MAX_ATTR_BYTES).is_err());
     }
 
     #[test]

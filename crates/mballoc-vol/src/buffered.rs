@@ -132,7 +132,7 @@ impl Volume {
     /// the blocks as written.
     pub(crate) fn writeback_locked(&self, f: FileId, fc: &mut FileCache) -> Result<()> {
         if fc.dirty_blocks == 0 {
-            return Ok(());
+            return self.log_size(f);
         }
         let (bs, fb) = (self.block_size(), self.folio_blocks());
         let runs = fc.dirty_runs(fb);
@@ -179,7 +179,17 @@ impl Volume {
         debug_assert_eq!(cleaned, fc.dirty_blocks);
         fc.dirty_blocks = 0;
         self.dirty.fetch_sub(cleaned * bs, Ordering::AcqRel);
-        Ok(())
+        self.log_size(f)
+    }
+
+    /// Every byte written to `f` is on the device (or a write it made
+    /// failed and stays dirty): the journal may now have the size writes
+    /// gave the file, and a crash then shows it no longer than its data.
+    fn log_size(&self, f: FileId) -> Result<()> {
+        match self.fs.log_size(f) {
+            Err(mballoc_fs::FsError::Unlinked(_) | mballoc_fs::FsError::UnknownFile(_)) => Ok(()),
+            r => Ok(r?),
+        }
     }
 
     /// Read up to `buf.len()` bytes at `offset`; returns how many (fewer at
@@ -393,6 +403,19 @@ impl Volume {
             self.zero_partial(f, &mut fc, (end / bs * bs).max(offset), end)?;
         }
         Ok(())
+    }
+
+    /// `FALLOC_FL_ZERO_RANGE`: the range reads as zeros and its blocks
+    /// are allocated (unwritten, as ext4 leaves them), the size growing
+    /// past it unless `mode` keeps it. What the range held inside the file
+    /// is punched out first, then the range allocated.
+    pub fn zero_range(&self, f: FileId, offset: u64, len: u64, mode: mballoc_fs::FallocateMode) -> Result<()> {
+        self.writable()?;
+        let inside = len.min(self.fs.size(f)?.saturating_sub(offset));
+        if inside > 0 {
+            self.punch_hole(f, offset, inside)?;
+        }
+        self.fallocate(f, offset, len, mode)
     }
 
     /// `FALLOC_FL_COLLAPSE_RANGE`: take the whole blocks

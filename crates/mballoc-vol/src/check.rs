@@ -82,6 +82,11 @@ pub struct CheckReport {
     pub quarantined: Vec<String>,
     /// The forced answers a repair took, each with what it gave up.
     pub forced: Vec<String>,
+    /// Why the volume stopped taking changes when it was last mounted (a
+    /// bug met, as ext4 records its errors): what was committed is
+    /// checked like the rest, so this alone is not a problem; a repair
+    /// clears the note (and still reports what it cleared).
+    pub stopped: Option<String>,
 }
 
 impl CheckReport {
@@ -110,6 +115,7 @@ pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<C
     let mut head = vec![0u8; SUPERBLOCK_BYTES];
     dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
     let sb = Superblock::decode(&head, dev.len())?;
+    let stopped = sb.error.clone();
     let scan = Home::read(dev, sb, ReadMode::Salvage)?;
     let mut problems = scan.problems;
     if scan.replayed == 0 {
@@ -138,8 +144,9 @@ pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<C
         refused: Vec::new(),
         quarantined: scan.quarantined,
         forced: Vec::new(),
+        stopped,
     };
-    let work = !report.is_clean() || report.pending_transactions > 0 || report.orphans > 0;
+    let work = !report.is_clean() || report.pending_transactions > 0 || report.orphans > 0 || report.stopped.is_some();
     if repair == Repair::Yes && work {
         let (allowed, refused): (Vec<_>, Vec<_>) =
             scan.unrepairable.into_iter().partition(|r| r.unless.is_some_and(|f| force.contains(&f)));
@@ -162,6 +169,7 @@ pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<C
                 .apply(&mballoc_fs::Change::Unlink { ino })
                 .unwrap_or_else(|e| panic!("an orphan of the state unlinks from it: {e}"));
         }
+        home.sb.error = None;
         home.checkpoint_scope(dev, VolumeState::Clean, Scope::Everything)?;
         report.inodes = home.state.files.len() as u64;
         report.regular_files = regular_files(&home);

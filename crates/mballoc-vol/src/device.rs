@@ -24,6 +24,13 @@ pub trait Device: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Make every completed write durable (a cache flush).
     fn flush(&self) -> io::Result<()>;
+    /// Tell the device `len` bytes at `offset` hold nothing worth keeping
+    /// (TRIM: a file gives the space back to its file system). False
+    /// where the device cannot; what the range then reads is unspecified.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
     /// Who holds this device open as a mounted volume, where the device
     /// keeps count (a second read-write mount through the same handle is
     /// then refused, as a second open of the same path is).
@@ -83,6 +90,16 @@ pub enum OpenMode {
     /// Reads only, beside a writer: no lock is taken, so another process
     /// may hold the volume read-write ([`crate::Access::Snapshot`]).
     Snapshot,
+    /// Reads and writes, locked as [`OpenMode::ReadWrite`], but a block
+    /// device is not opened `O_EXCL`: for a device the kernel claims
+    /// itself once this open has it (a fuseblk mount of the volume).
+    ReadWriteKernelClaimed,
+}
+
+impl OpenMode {
+    fn writes(self) -> bool {
+        matches!(self, OpenMode::ReadWrite | OpenMode::ReadWriteKernelClaimed)
+    }
 }
 
 impl FileDevice {
@@ -113,7 +130,7 @@ impl FileDevice {
         }
         let is_block = kind.is_block_device();
         let mut o = OpenOptions::new();
-        o.read(true).write(mode == OpenMode::ReadWrite);
+        o.read(true).write(mode.writes());
         if is_block && mode == OpenMode::ReadWrite {
             o.custom_flags(libc::O_EXCL);
         }
@@ -168,7 +185,7 @@ fn lock(file: &File, path: &Path, mode: OpenMode) -> Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
     loop {
         let got = match mode {
-            OpenMode::ReadWrite => file.try_lock(),
+            OpenMode::ReadWrite | OpenMode::ReadWriteKernelClaimed => file.try_lock(),
             OpenMode::ReadOnly => file.try_lock_shared(),
             OpenMode::Snapshot => return Ok(()),
         };
@@ -225,6 +242,18 @@ impl Device for FileDevice {
 
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        if !self.file.metadata()?.is_file() {
+            return Ok(false);
+        }
+        let mode = nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        match nix::fcntl::fallocate(&self.file, mode, offset as i64, len as i64) {
+            Ok(()) => Ok(true),
+            Err(nix::errno::Errno::EOPNOTSUPP) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

@@ -32,8 +32,11 @@ pub const MAX_INODES: u32 = u32::MAX / 2;
 /// Longest name a directory entry holds, in bytes (as ext4).
 pub const NAME_MAX: usize = 255;
 /// Longest attribute string of one inode (names, link target, extended
-/// attributes): one journal record fits the smallest journal.
-pub const MAX_ATTR_BYTES: usize = 6144;
+/// attributes) on any volume: 96 KiB, room for one value of Linux's
+/// largest (64 KiB) beside names and smaller attributes. A volume keeps
+/// less where its journal could not hold one record of it
+/// ([`Superblock::max_attr_bytes`]).
+pub const MAX_ATTR_BYTES: usize = 96 << 10;
 /// Longest symbolic-link target, in bytes (ext4's at 4 KiB blocks).
 pub const SYMLINK_MAX: usize = 4095;
 /// An attribute overflow block's magic.
@@ -115,7 +118,19 @@ pub struct Superblock {
     pub state: VolumeState,
     /// Checkpoints written since mkfs.
     pub checkpoints: u64,
+    /// The volume's label (`FS_IOC_SETFSLABEL`), at most [`LABEL_MAX`]
+    /// bytes, no NUL.
+    pub label: Vec<u8>,
+    /// Why the volume stopped taking changes, if it did (a bug met, a
+    /// shutdown): kept until a repair clears it, as ext4 keeps its error
+    /// state for fsck.
+    pub error: Option<String>,
 }
+
+/// Longest label, in bytes.
+pub const LABEL_MAX: usize = 63;
+/// Bytes the superblock keeps of an error's text.
+const ERROR_TEXT: usize = 60;
 
 /// `s_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +231,8 @@ impl Superblock {
             files: 0,
             state: VolumeState::Clean,
             checkpoints: 0,
+            label: Vec::new(),
+            error: None,
         })
     }
 
@@ -223,6 +240,14 @@ impl Superblock {
     /// entry can name, whole.
     pub fn max_file_size(&self) -> u64 {
         (MAX_LOGICAL + 1) * u64::from(self.block_size)
+    }
+
+    /// The longest attribute string this volume keeps: [`MAX_ATTR_BYTES`],
+    /// or less where one journal transaction could not hold its record
+    /// (never under 7 KiB: the smallest journal is 8 blocks of 1 KiB).
+    pub fn max_attr_bytes(&self) -> usize {
+        let record_room = crate::wal::capacity(self.block_size as usize, u64::from(self.log_blocks));
+        MAX_ATTR_BYTES.min(record_room - 1 - crate::attr::ATTR_FIXED)
     }
 
     /// The checksum seed every other structure uses.
@@ -304,6 +329,14 @@ impl Superblock {
         put64(&mut b, 120, self.files);
         put32(&mut b, 128, if self.state == VolumeState::Clean { 1 } else { 0 });
         put64(&mut b, 136, self.checkpoints);
+        if let Some(e) = &self.error {
+            put32(&mut b, 144, 1);
+            let t = e.as_bytes();
+            let n = t.len().min(ERROR_TEXT);
+            b[148..148 + n].copy_from_slice(&t[..n]);
+        }
+        let n = self.label.len().min(LABEL_MAX);
+        b[208..208 + n].copy_from_slice(&self.label[..n]);
         let crc = crc32c::crc32c(&b[..SUPERBLOCK_BYTES - 4]);
         put32(&mut b, SUPERBLOCK_BYTES - 4, crc);
         b
@@ -356,6 +389,12 @@ impl Superblock {
             files: get64(b, 120),
             state,
             checkpoints: get64(b, 136),
+            label: until_nul(&b[208..208 + LABEL_MAX + 1]).to_vec(),
+            error: match get32(b, 144) {
+                0 => None,
+                1 => Some(String::from_utf8_lossy(until_nul(&b[148..148 + ERROR_TEXT])).into_owned()),
+                n => return Err(VolError::corrupt("superblock", 0, format!("error state {n}"))),
+            },
         };
         sb.validate(device_len)?;
         Ok(sb)
@@ -403,6 +442,11 @@ impl Superblock {
     }
 }
 
+/// The bytes before the first NUL.
+fn until_nul(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
+}
+
 /// A fresh volume identity for [`Superblock::layout`]: the time, the
 /// process and the standard library's random hash keys.
 pub(crate) fn new_uuid() -> [u8; 16] {
@@ -433,5 +477,9 @@ mod tests {
             assert!(Superblock::decode(&c, 64 << 20).is_err(), "flip at {i}");
         }
         assert!(Superblock::decode(&b, 1 << 20).is_err(), "device too small");
+        let mut labelled = sb.clone();
+        labelled.label = b"scratch".to_vec();
+        labelled.error = Some("a bug met in a write".into());
+        assert_eq!(Superblock::decode(&labelled.encode(), 64 << 20).unwrap(), labelled);
     }
 }

@@ -102,6 +102,7 @@
 
 mod acl;
 mod attr;
+mod attributes;
 mod buffered;
 mod cache;
 mod check;
@@ -109,6 +110,7 @@ mod codec;
 pub mod crash;
 mod device;
 mod direct;
+mod durability;
 mod error;
 pub mod fault;
 mod file;
@@ -129,21 +131,23 @@ mod wal;
 
 pub use acl::{ACL_ACCESS, ACL_DEFAULT};
 pub use attr::{
-    Attr, Link, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT,
-    S_IFREG, S_IFSOCK,
+    Attr, Link, FL_APPEND, FL_IMMUTABLE, FL_NOATIME, FL_NODUMP, FL_SYNC, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK,
+    S_IFMT, S_IFREG, S_IFSOCK, XATTR_VALUE_MAX,
 };
+pub use attributes::{AccessTime, Caller, SetAttr, SetId, Time};
 pub use check::{check, check_with, CheckReport, Force, Repair};
 pub use device::{Device, FileDevice, Holders, MemDevice, OpenMode};
+pub use durability::Halt;
 pub use error::{Result, VolError};
 pub use file::{File, OpenOptions};
-pub use format::{FormatOptions, Superblock, VolumeState, NAME_MAX, ROOT_INO};
+pub use format::{FormatOptions, Superblock, VolumeState, LABEL_MAX, NAME_MAX, ROOT_INO};
 pub use format::{MAX_ATTR_BYTES, SYMLINK_MAX};
 pub use mballoc_fs::{
     Concurrency, ExtentState, FallocateMode, FileId, FsConfig, FsError, MappedExtent, Normalization, PreallocTable,
     StreamPlacement,
 };
 pub use mkfs::{mkfs, Overwrite};
-pub use namespace::{DirEntry, Owner, Replace, SetAttr, SetId, Usage};
+pub use namespace::{DirEntry, Owner, Replace, Usage};
 pub use probe::probe;
 pub use special::XattrSet;
 pub use upgrade::{upgrade, Upgraded};

@@ -50,13 +50,19 @@ impl Tree {
             if ino == ROOT_INO {
                 continue;
             }
-            if a.is_dir() && a.links.len() != 1 {
+            // A directory has one name, or none: removed while open, an
+            // orphan the next read-write mount removes.
+            if a.is_dir() && a.links.len() > 1 {
                 problems.push(format!("inode {ino}: a directory with {} names", a.links.len()));
                 continue;
             }
             for l in &a.links {
-                if !attrs.get(&l.parent).is_some_and(Attr::is_dir) {
+                let Some(parent) = attrs.get(&l.parent).filter(|p| p.is_dir()) else {
                     problems.push(format!("inode {ino}: parent {} is not a directory", l.parent));
+                    continue;
+                };
+                if l.parent != ROOT_INO && parent.links.is_empty() {
+                    problems.push(format!("inode {ino}: parent {} is a removed directory", l.parent));
                     continue;
                 }
                 let dir = t.entries.get_mut(&l.parent).expect("made for every directory");
@@ -82,7 +88,9 @@ impl Tree {
                 }
                 let (mut at, mut steps) = (ino, 0usize);
                 while at != ROOT_INO {
-                    at = attrs[&at].parent().expect("checked: one name");
+                    // An orphan leads nowhere, and is no cycle.
+                    let Some(p) = attrs[&at].parent() else { break };
+                    at = p;
                     steps += 1;
                     if steps > attrs.len() {
                         problems.push(format!("inode {ino}: not reachable from the root"));
@@ -130,7 +138,11 @@ impl Tree {
             if ino == ROOT_INO {
                 return false;
             }
-            ino = self.attrs[&ino].parent().expect("a directory other than the root has a name");
+            // A directory removed while open is under nothing.
+            match self.attrs[&ino].parent() {
+                Some(p) => ino = p,
+                None => return false,
+            }
         }
     }
 
@@ -138,7 +150,11 @@ impl Tree {
     /// inode's names.
     pub fn nlink(&self, ino: u64) -> Result<u32> {
         let a = self.attr(ino)?;
-        Ok(if a.is_dir() { 2 + self.subdirs.get(&ino).copied().unwrap_or(0) } else { a.links.len() as u32 })
+        Ok(if a.is_dir() && (ino == ROOT_INO || !a.links.is_empty()) {
+            2 + self.subdirs.get(&ino).copied().unwrap_or(0)
+        } else {
+            a.links.len() as u32
+        })
     }
 
     /// Inodes with attributes and no name: unlinked while open.
@@ -252,9 +268,14 @@ mod tests {
         let mut under_file = attrs.clone();
         under_file.insert(15, file(13, "g"));
         assert!(Tree::build(under_file).is_err(), "parent not a directory");
+        // A directory removed while open is an orphan, with a link count
+        // of 0; nothing may be named under it.
         let mut nameless_dir = attrs.clone();
         nameless_dir.insert(15, Attr { links: vec![], ..dir(12, "x") });
-        assert!(Tree::build(nameless_dir).is_err(), "a directory without a name");
+        let t = Tree::build(nameless_dir.clone()).unwrap();
+        assert_eq!((t.orphans(), t.nlink(15).unwrap()), (vec![14, 15], 0));
+        nameless_dir.insert(16, file(15, "under"));
+        assert!(Tree::build(nameless_dir).is_err(), "a name under a removed directory");
         let mut cycle = attrs;
         cycle.insert(20, dir(21, "a"));
         cycle.insert(21, dir(20, "b"));

@@ -35,21 +35,6 @@ pub struct DirEntry {
     pub kind: u32,
 }
 
-/// Attributes to change; `None` leaves one as it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SetAttr {
-    /// Permission bits (the type bits are kept).
-    pub mode: Option<u32>,
-    /// Owner.
-    pub uid: Option<u32>,
-    /// Group.
-    pub gid: Option<u32>,
-    /// Access time, ns since the epoch.
-    pub atime: Option<i64>,
-    /// Modification time, ns since the epoch.
-    pub mtime: Option<i64>,
-}
-
 /// Space and inode counts, as `statfs` gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
@@ -83,6 +68,17 @@ impl Default for Owner {
     fn default() -> Self {
         Owner { mode: 0o644, umask: 0, uid: 0, gid: 0 }
     }
+}
+
+/// How a new inode is named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Naming<'a> {
+    /// This name in its directory.
+    Named(&'a [u8]),
+    /// Its own number in its directory (`13`, or `13.1` if taken).
+    Numbered,
+    /// No name: an open orphan (`O_TMPFILE`).
+    Unnamed,
 }
 
 /// What a new inode is, beyond its type and owner.
@@ -138,46 +134,57 @@ impl Volume {
     pub fn create_at(&self, dir: FileId, name: &[u8], owner: Owner) -> Result<FileId> {
         let dir = dir.0;
         let spec = NodeSpec { mode: S_IFREG | (owner.mode & !S_IFMT), ..NodeSpec::default() };
-        self.make(dir, Some(name), spec, owner)
+        self.make(dir, Naming::Named(name), spec, owner)
     }
 
     /// Make directory `name` in `dir`.
     pub fn mkdir(&self, dir: FileId, name: &[u8], owner: Owner) -> Result<FileId> {
         let dir = dir.0;
         let spec = NodeSpec { mode: S_IFDIR | (owner.mode & !S_IFMT), ..NodeSpec::default() };
-        let f = self.make(dir, Some(name), spec, owner)?;
+        let f = self.make(dir, Naming::Named(name), spec, owner)?;
         self.fs.close(f)?;
         Ok(f)
     }
 
-    /// A new inode named `name` in `dir`, or, without a name, in the root
-    /// under its own number; open once.
-    pub(crate) fn make(&self, dir: u64, name: Option<&[u8]>, spec: NodeSpec, owner: Owner) -> Result<FileId> {
+    /// An empty regular file with no name, open once, made as if in
+    /// `dir` (its group and default ACL apply): `O_TMPFILE`. It goes at its
+    /// last close unless [`Volume::link`] names it first; a crash before
+    /// either leaves an orphan the next mount removes.
+    pub fn create_unnamed(&self, dir: FileId, owner: Owner) -> Result<FileId> {
+        let spec = NodeSpec { mode: S_IFREG | (owner.mode & !S_IFMT), ..NodeSpec::default() };
+        self.make(dir.0, Naming::Unnamed, spec, owner)
+    }
+
+    /// A new inode in `dir`, named as `naming` says; open once.
+    pub(crate) fn make(&self, dir: u64, naming: Naming<'_>, spec: NodeSpec, owner: Owner) -> Result<FileId> {
         self.writable()?;
-        if let Some(n) = name {
+        if let Naming::Named(n) = naming {
             check_name(n)?;
         }
         let mut t = self.tree.write();
         let parent = t.attr(dir)?.clone();
         t.dir(dir)?;
-        guard_dir(&parent, dir, Change::Add)?;
-        if let Some(n) = name {
+        if naming != Naming::Unnamed {
+            guard_dir(&parent, dir, Change::Add)?;
+        }
+        if let Naming::Named(n) = naming {
             if t.entries[&dir].contains_key(n) {
                 return Err(VolError::Exists { dir, name: String::from_utf8_lossy(n).into_owned() });
             }
         }
         let f = self.create_inode()?;
-        let name = match name {
-            Some(n) => n.to_vec(),
-            None => {
+        let links = match naming {
+            Naming::Named(n) => vec![Link { parent: dir, name: n.to_vec() }],
+            Naming::Numbered => {
                 let mut n = f.0.to_string();
                 let mut k = 0;
                 while t.entries[&dir].contains_key(n.as_bytes()) {
                     k += 1;
                     n = format!("{}.{k}", f.0);
                 }
-                n.into_bytes()
+                vec![Link { parent: dir, name: n.into_bytes() }]
             }
+            Naming::Unnamed => Vec::new(),
         };
         let at = now();
         let mut mode = spec.mode;
@@ -199,12 +206,13 @@ impl Volume {
             atime: at,
             mtime: at,
             ctime: at,
-            links: vec![Link { parent: dir, name }],
+            btime: at,
+            links,
             target: spec.target,
             ..Attr::default()
         };
         crate::acl::inherit(&parent, &mut attr, owner.umask);
-        if let Err(e) = attr.check_room() {
+        if let Err(e) = attr.check_room(self.sb.max_attr_bytes()) {
             // Inherited ACLs too large to keep: the inode goes again.
             self.drop_inode(f)?;
             return Err(e);
@@ -213,7 +221,9 @@ impl Volume {
         // reach the journal before its name.
         self.log.record_attr(f.0, &attr);
         t.insert(f.0, attr);
-        touch_dir(&mut t, dir, at, &self.log);
+        if naming != Naming::Unnamed {
+            touch_dir(&mut t, dir, at, &self.log);
+        }
         Ok(f)
     }
 
@@ -273,7 +283,9 @@ impl Volume {
     fn drop_name(&self, t: &mut Tree, ino: u64, l: &Link, at: i64) -> Result<()> {
         let a = &t.attrs[&ino];
         let last = a.links.len() == 1;
-        if last && (a.is_dir() || self.fs.open_handles(FileId(ino))? == 0) {
+        // A directory or file still open stays, nameless, until its last
+        // close (`fstat` on it gives a link count of 0, as on ext4).
+        if last && self.fs.open_handles(FileId(ino))? == 0 {
             self.drop_inode(FileId(ino))?;
             t.remove(ino);
             return Ok(());
@@ -331,6 +343,9 @@ impl Volume {
             };
             return self.exchange(&mut t, (src, old_link), (target, new_link));
         }
+        // A longer name must fit the inode's attributes (with many hard
+        // links they may be nearly full): refused before anything moves.
+        renamed(&t.attrs[&src], &old_link, &new_link).check_room(self.sb.max_attr_bytes())?;
         let at = now();
         if let Some(target) = target {
             if target == src {
@@ -363,6 +378,30 @@ impl Volume {
         Ok(())
     }
 
+    /// `RENAME_WHITEOUT`: [`Volume::rename`], leaving at the old name a
+    /// whiteout (a character device numbered 0:0, owned by `owner`), as
+    /// overlayfs asks of the file system under it. The whiteout is made
+    /// before the rename, so a rename that fails leaves nothing behind.
+    pub fn rename_whiteout(
+        &self,
+        dir: FileId,
+        name: &[u8],
+        new_dir: FileId,
+        new_name: &[u8],
+        replace: Replace,
+        owner: Owner,
+    ) -> Result<()> {
+        if replace == Replace::Exchange {
+            return Err(VolError::InvalidArgument("a whiteout cannot go with an exchange".into()));
+        }
+        let spec = NodeSpec { mode: crate::attr::S_IFCHR, rdev: 0, ..NodeSpec::default() };
+        let w = self.make(dir.0, Naming::Unnamed, spec, Owner { mode: 0, umask: 0, ..owner })?;
+        let done = self.rename(dir, name, new_dir, new_name, replace).and_then(|()| self.link(w, dir, name));
+        // The whiteout is named now, or goes with this close.
+        let closed = self.close(w);
+        done.and(closed)
+    }
+
     /// `RENAME_EXCHANGE`: `a` takes `b`'s name and `b` takes `a`'s.
     fn exchange(&self, t: &mut Tree, (a, la): (u64, Link), (b, lb): (u64, Link)) -> Result<()> {
         if a == b {
@@ -376,6 +415,8 @@ impl Volume {
         if t.attrs[&b].is_dir() && t.is_within(la.parent, b) {
             return Err(VolError::Loop(b));
         }
+        renamed(&t.attrs[&a], &la, &lb).check_room(self.sb.max_attr_bytes())?;
+        renamed(&t.attrs[&b], &lb, &la).check_room(self.sb.max_attr_bytes())?;
         t.unlink(a, &la);
         t.unlink(b, &lb);
         t.link(a, lb.clone());
@@ -390,119 +431,6 @@ impl Volume {
             touch_dir(t, lb.parent, at, &self.log);
         }
         Ok(())
-    }
-
-    /// Change attributes; the inode's change time becomes now.
-    pub fn set_attr(&self, ino: FileId, set: SetAttr) -> Result<Attr> {
-        let ino = ino.0;
-        self.writable()?;
-        let pending = self.take_mtime(ino);
-        let mut t = self.tree.write();
-        let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
-        if let Some(m) = pending {
-            a.mtime = m;
-        }
-        if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 && set != SetAttr::default() {
-            return Err(VolError::NotPermitted { ino, why: "immutable or append-only" });
-        }
-        if let Some(mode) = set.mode {
-            a.mode = (a.mode & S_IFMT) | (mode & !S_IFMT);
-            // The access ACL follows a chmod, as ext4 keeps it.
-            if let Some(mut acl) = a.xattrs.get(crate::acl::ACL_ACCESS).and_then(|b| crate::acl::Acl::parse(b).ok()) {
-                acl.apply_mode(mode);
-                a.xattrs.insert(crate::acl::ACL_ACCESS.to_vec(), acl.encode());
-            }
-        }
-        a.uid = set.uid.unwrap_or(a.uid);
-        a.gid = set.gid.unwrap_or(a.gid);
-        a.atime = set.atime.unwrap_or(a.atime);
-        a.mtime = set.mtime.unwrap_or(a.mtime);
-        a.ctime = now();
-        self.log.record_attr(ino, a);
-        Ok(a.clone())
-    }
-
-    /// A read of `ino` happened now: update its access time as ext4's
-    /// `relatime` does (when it is not after the last modification or
-    /// change, or is a day old), unless the inode is flagged noatime.
-    /// Returns whether it changed.
-    pub fn note_access(&self, ino: FileId) -> Result<bool> {
-        let ino = ino.0;
-        const DAY: i64 = 24 * 3600 * 1_000_000_000;
-        let at = now();
-        let stale = |a: &Attr| {
-            a.flags & crate::attr::FL_NOATIME == 0 && (a.atime <= a.mtime || a.atime <= a.ctime || at - a.atime >= DAY)
-        };
-        if !stale(self.tree.read().attr(ino)?) || !self.opts.access.writes() {
-            return Ok(false);
-        }
-        let mut t = self.tree.write();
-        let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
-        if !stale(a) {
-            return Ok(false);
-        }
-        a.atime = at;
-        self.log.record_attr(ino, a);
-        Ok(true)
-    }
-
-    /// A write, truncation or allocation: the file's capabilities
-    /// (`security.capability`) go, and with [`SetId::Clear`] (a caller
-    /// without `CAP_FSETID`) the set-user-ID bit and the set-group-ID bit
-    /// of a group-executable file, as the kernel does for ext4. Returns
-    /// whether anything changed.
-    pub fn drop_privileges(&self, ino: FileId, set_id: SetId) -> Result<bool> {
-        let ino = ino.0;
-        const CAPS: &[u8] = b"security.capability";
-        let kill = |a: &Attr| {
-            let bits = set_id == SetId::Clear && (a.mode & 0o4000 != 0 || a.mode & 0o2010 == 0o2010);
-            a.mode & S_IFMT == S_IFREG && (bits || a.xattrs.contains_key(CAPS))
-        };
-        if !kill(self.tree.read().attr(ino)?) {
-            return Ok(false);
-        }
-        self.writable()?;
-        let mut t = self.tree.write();
-        let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
-        if !kill(a) {
-            return Ok(false);
-        }
-        a.xattrs.remove(CAPS);
-        if set_id == SetId::Clear {
-            a.mode &= !0o4000;
-            if a.mode & 0o2010 == 0o2010 {
-                a.mode &= !0o2000;
-            }
-        }
-        a.ctime = now();
-        self.log.record_attr(ino, a);
-        Ok(true)
-    }
-
-    /// Note that file `f`'s contents changed now. Journaled by the next
-    /// fsync, close or sync.
-    pub fn touch(&self, f: FileId) {
-        if let Some(c) = self.files.lock().get(&f.0) {
-            c.lock().mtime = Some(now());
-        }
-    }
-
-    /// Journal the change time a write left pending, if any.
-    pub(crate) fn settle_times(&self, ino: u64) {
-        if let Some(m) = self.take_mtime(ino) {
-            let mut t = self.tree.write();
-            if let Some(a) = t.attrs.get_mut(&ino) {
-                a.mtime = m;
-                a.ctime = a.ctime.max(m);
-                self.log.record_attr(ino, a);
-            }
-        }
-    }
-
-    fn take_mtime(&self, ino: u64) -> Option<i64> {
-        let c = self.files.lock().get(&ino).cloned()?;
-        let m = c.lock().mtime.take();
-        m
     }
 
     /// Space and inodes, used and free.
@@ -523,15 +451,6 @@ impl Volume {
 enum Kind {
     File,
     Directory,
-}
-
-/// Whether a change clears the set-user-ID and set-group-ID bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetId {
-    /// Keep them (the caller has `CAP_FSETID`).
-    Keep,
-    /// Clear them.
-    Clear,
 }
 
 /// Whether a rename may replace an existing target.
@@ -556,6 +475,10 @@ pub(crate) enum Change {
 /// Refuse a change to the entries of a directory its flags protect: an
 /// immutable one takes none, an append-only one only additions.
 pub(crate) fn guard_dir(a: &Attr, dir: u64, change: Change) -> Result<()> {
+    // A directory removed while open takes no new names.
+    if a.links.is_empty() && dir != ROOT_INO && change == Change::Add {
+        return Err(VolError::NoInode(dir));
+    }
     if a.flags & FL_IMMUTABLE != 0 || (a.flags & FL_APPEND != 0 && change == Change::Remove) {
         return Err(VolError::NotPermitted { ino: dir, why: "the directory is immutable or append-only" });
     }
@@ -569,6 +492,14 @@ pub(crate) fn guard_inode(a: &Attr, ino: u64) -> Result<()> {
         return Err(VolError::NotPermitted { ino, why: "immutable or append-only" });
     }
     Ok(())
+}
+
+/// `a` with its name `from` changed to `to` (for a size check).
+fn renamed(a: &Attr, from: &Link, to: &Link) -> Attr {
+    let mut next = a.clone();
+    next.links.retain(|l| l != from);
+    next.links.push(to.clone());
+    next
 }
 
 /// A directory's contents changed at `at`: its times follow.

@@ -13,7 +13,7 @@ use crate::attr::{check_xattr_name, Link, FL_APPEND, FL_IMMUTABLE, FL_KNOWN, S_I
 use crate::error::{Result, VolError};
 use crate::format::SYMLINK_MAX;
 use crate::names::{check_name, now, S_IFDIR, S_IFMT, S_IFREG};
-use crate::namespace::{guard_dir, guard_inode, touch_dir, Change, NodeSpec, Owner};
+use crate::namespace::{guard_dir, guard_inode, touch_dir, Change, Naming, NodeSpec, Owner};
 use crate::volume::Volume;
 use mballoc_fs::FileId;
 
@@ -41,8 +41,9 @@ impl Volume {
         if a.is_dir() {
             return Err(VolError::IsADirectory(ino));
         }
-        if a.links.is_empty() {
-            // An orphan cannot come back (linkat of an O_TMPFILE aside).
+        // An orphan comes back only while open: an O_TMPFILE file, or one
+        // linked again through /proc/self/fd (the kernel decides which).
+        if a.links.is_empty() && (ino == crate::format::ROOT_INO || self.fs.open_handles(FileId(ino))? == 0) {
             return Err(VolError::NoInode(ino));
         }
         guard_inode(a, ino)?;
@@ -54,7 +55,7 @@ impl Volume {
         let l = Link { parent: dir, name: name.to_vec() };
         let mut next = t.attrs[&ino].clone();
         next.links.push(l.clone());
-        next.check_room()?;
+        next.check_room(self.sb.max_attr_bytes())?;
         let at = now();
         t.link(ino, l);
         let a = t.attrs.get_mut(&ino).expect("live");
@@ -74,7 +75,7 @@ impl Volume {
             });
         }
         let spec = NodeSpec { mode: S_IFLNK | 0o777, target: target.to_vec(), ..NodeSpec::default() };
-        let f = self.make(dir, Some(name), spec, owner)?;
+        let f = self.make(dir, Naming::Named(name), spec, owner)?;
         self.fs.close(f)?;
         Ok(f)
     }
@@ -106,7 +107,7 @@ impl Volume {
             rdev: if device { rdev } else { 0 },
             ..NodeSpec::default()
         };
-        let f = self.make(dir, Some(name), spec, owner)?;
+        let f = self.make(dir, Naming::Named(name), spec, owner)?;
         self.fs.close(f)?;
         Ok(f)
     }
@@ -125,12 +126,19 @@ impl Volume {
     }
 
     /// Set an extended attribute. The inode's attributes together may take
-    /// [`crate::format::MAX_ATTR_BYTES`] (`NoRoom` past that, as ext4
+    /// [`crate::Superblock::max_attr_bytes`] (`NoRoom` past that, as ext4
     /// gives `ENOSPC` when an inode's attribute space is full).
     pub fn set_xattr(&self, ino: FileId, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let ino = ino.0;
         self.writable()?;
         check_xattr_name(name)?;
+        if value.len() > crate::attr::XATTR_VALUE_MAX {
+            return Err(VolError::InvalidArgument(format!(
+                "an extended attribute value of {} bytes (at most {})",
+                value.len(),
+                crate::attr::XATTR_VALUE_MAX
+            )));
+        }
         let mut t = self.tree.write();
         let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
         if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 {
@@ -167,7 +175,7 @@ impl Volume {
                 next.xattrs.insert(name.to_vec(), value.to_vec());
             }
         }
-        next.check_room()?;
+        next.check_room(self.sb.max_attr_bytes())?;
         next.ctime = now();
         *a = next;
         self.log.record_attr(ino, a);

@@ -67,7 +67,7 @@ pub fn upgrade(dev: &dyn Device) -> Result<Upgraded> {
             }
             let r = &b[i * INODE_BYTES..(i + 1) * INODE_BYTES];
             if let Some((ino, attr)) = v2_attr(seed, slot as u32, r, sb.itable_start + blk, &mut generation)? {
-                attr.check_room()?;
+                attr.check_room(sb.max_attr_bytes())?;
                 running.push_attrs(&[(ino, &attr)]);
                 inodes += 1;
             }

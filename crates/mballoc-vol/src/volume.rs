@@ -464,7 +464,7 @@ impl Volume {
     /// directory (`13`, or `13.1` if a file already has that name).
     pub fn create(&self) -> Result<FileId> {
         let spec = crate::namespace::NodeSpec { mode: crate::names::S_IFREG | 0o644, ..Default::default() };
-        self.make(crate::format::ROOT_INO, None, spec, crate::namespace::Owner::default())
+        self.make(crate::format::ROOT_INO, crate::namespace::Naming::Numbered, spec, crate::namespace::Owner::default())
     }
 
     /// An inode from the engine, counted against the inode slots.
@@ -540,54 +540,5 @@ impl Volume {
         *fc = FileCache::default();
         self.files.lock().remove(&f.0);
         Ok(())
-    }
-
-    /// Make the file's data and metadata durable: write back its dirty
-    /// folios, then commit the journal (which flushes the data first).
-    pub fn fsync(&self, f: FileId) -> Result<()> {
-        self.writable()?;
-        self.settle_times(f.0);
-        {
-            let cache = self.cache_of(f);
-            let mut fc = cache.lock();
-            self.fs.size(f)?;
-            self.writeback_locked(f, &mut fc)?;
-        }
-        self.engine(self.fs.try_commit())?;
-        Ok(())
-    }
-
-    /// Write back one file's dirty data without committing.
-    pub fn writeback(&self, f: FileId) -> Result<()> {
-        self.writable()?;
-        let cache = self.cache_of(f);
-        let mut fc = cache.lock();
-        self.writeback_locked(f, &mut fc)
-    }
-
-    /// Write back every file and commit.
-    pub fn sync(&self) -> Result<()> {
-        self.writable()?;
-        for (ino, c) in self.caches() {
-            self.settle_times(ino);
-            let mut fc = c.lock();
-            match self.writeback_locked(FileId(ino), &mut fc) {
-                Err(VolError::Fs(mballoc_fs::FsError::Unlinked(_))) => {}
-                r => r?,
-            }
-        }
-        self.engine(self.fs.try_commit())?;
-        Ok(())
-    }
-
-    /// Sync, checkpoint and mark the volume clean.
-    pub fn unmount(self) -> Result<()> {
-        if !self.opts.access.writes() {
-            return Ok(());
-        }
-        self.sync()?;
-        self.fs.discard_preallocations();
-        let mut home = self.log.home.lock();
-        self.log.checkpoint(&mut home, VolumeState::Clean)
     }
 }

@@ -137,8 +137,11 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Record>, String> {
     Ok(out)
 }
 
-/// The largest record, so that a chunk boundary can always be found.
-const MAX_RECORD: usize = 1 + ATTR_FIXED + crate::format::MAX_ATTR_BYTES;
+/// Payload bytes one transaction of a journal of `log_blocks` holds
+/// (the header block's room, the body, the commit block).
+pub fn capacity(block_size: usize, log_blocks: u64) -> usize {
+    (block_size - HEADER) + (log_blocks as usize - 2) * block_size
+}
 
 /// Blocks a transaction with `payload` bytes takes.
 pub fn blocks_for(payload: usize, block_size: usize) -> u64 {
@@ -190,8 +193,7 @@ impl Running {
     /// large for the whole journal is split at record boundaries as a
     /// last resort (it cannot be atomic in any journal this size).
     pub fn chunks(&self, block_size: usize, log_blocks: u64) -> Vec<std::ops::Range<usize>> {
-        let cap = (block_size - HEADER) + (log_blocks as usize - 2) * block_size;
-        assert!(cap >= MAX_RECORD, "journal too small for one record");
+        let cap = capacity(block_size, log_blocks);
         let mut out = Vec::new();
         let mut from = 0;
         while from < self.bytes.len() {
@@ -242,6 +244,9 @@ fn record_boundary(bytes: &[u8], from: usize, limit: usize) -> usize {
             1 + 8 * fields(bytes[at]).expect("a payload this crate encoded")
         };
         if at + n > limit {
+            // Every record fits one transaction: attribute strings are
+            // held to `Superblock::max_attr_bytes`.
+            assert!(at > from, "a record of {n} bytes passes a transaction's {} bytes", limit - from);
             return at;
         }
         at += n;

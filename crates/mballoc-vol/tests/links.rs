@@ -5,7 +5,7 @@
 
 use mballoc_vol::{
     check, FileId, FormatOptions, MemDevice, MountOptions, Owner, Repair, Replace, VolError, Volume, XattrSet,
-    FL_APPEND, FL_IMMUTABLE, MAX_ATTR_BYTES, ROOT_INO, S_IFCHR, S_IFIFO, S_IFLNK, S_IFMT,
+    FL_APPEND, FL_IMMUTABLE, MAX_ATTR_BYTES, ROOT_INO, S_IFCHR, S_IFIFO, S_IFLNK, S_IFMT, XATTR_VALUE_MAX,
 };
 use std::sync::Arc;
 
@@ -101,9 +101,14 @@ fn symlinks_devices_and_long_attributes_overflow_and_survive() {
     vol.set_xattr(f, b"security.selinux", b"ctx", XattrSet::Create).unwrap();
     assert!(matches!(vol.set_xattr(f, b"user.big", b"", XattrSet::Create), Err(VolError::Exists { .. })));
     assert!(matches!(vol.set_xattr(f, b"user.none", b"", XattrSet::Replace), Err(VolError::NoAttribute { .. })));
+    // A value Linux allows, on a volume whose 32-block journal keeps less
+    // per inode; and one past what Linux allows.
+    let max = vol.superblock().max_attr_bytes();
+    assert!(max < MAX_ATTR_BYTES);
+    assert!(matches!(vol.set_xattr(f, b"user.huge", &vec![0; max], XattrSet::Any), Err(VolError::NoRoom { .. })));
     assert!(matches!(
-        vol.set_xattr(f, b"user.huge", &vec![0; MAX_ATTR_BYTES], XattrSet::Any),
-        Err(VolError::NoRoom { .. })
+        vol.set_xattr(f, b"user.huge", &vec![0; XATTR_VALUE_MAX + 1], XattrSet::Any),
+        Err(VolError::InvalidArgument(_))
     ));
     assert!(vol.set_xattr(f, b"bogus.x", b"", XattrSet::Any).is_err());
     let check_all = |vol: &Volume| {
@@ -230,4 +235,40 @@ fn set_group_id_directories_pass_their_group_down() {
     assert_eq!(vol.attr(f).unwrap().gid, 50);
     let s = vol.attr(sub).unwrap();
     assert_eq!((s.gid, s.mode & 0o2000), (50, 0o2000));
+}
+
+/// A rename that would lengthen an inode's attributes past what one inode
+/// keeps (many long names for one file) is refused, and nothing moves: it
+/// once overran the limit and stopped the volume (xfstests generic/070).
+#[test]
+fn a_rename_past_the_attribute_limit_is_refused_whole() {
+    let dev = fresh();
+    let vol = mount(&dev);
+    let f = vol.create_at(FileId(ROOT_INO), b"x", Owner::default()).unwrap();
+    vol.close(f).unwrap();
+    let mut n = 0u32;
+    loop {
+        let name = format!("{n:03}{}", "n".repeat(200));
+        match vol.link(f, FileId(ROOT_INO), name.as_bytes()) {
+            Ok(()) => n += 1,
+            Err(VolError::NoRoom { .. }) => break,
+            Err(e) => panic!("link {n}: {e}"),
+        }
+    }
+    let before = vol.read_dir(FileId(ROOT_INO)).unwrap();
+    let long = vec![b'z'; 255];
+    assert!(matches!(
+        vol.rename(FileId(ROOT_INO), b"x", FileId(ROOT_INO), &long, Replace::Allowed),
+        Err(VolError::NoRoom { .. })
+    ));
+    assert_eq!(vol.read_dir(FileId(ROOT_INO)).unwrap(), before, "nothing moved");
+    // Exchanging with another file's short name is checked on both sides.
+    let g = vol.create_at(FileId(ROOT_INO), &long, Owner::default()).unwrap();
+    vol.close(g).unwrap();
+    assert!(matches!(
+        vol.rename(FileId(ROOT_INO), b"x", FileId(ROOT_INO), &long, Replace::Exchange),
+        Err(VolError::NoRoom { .. })
+    ));
+    assert_eq!(vol.lookup(FileId(ROOT_INO), b"x").unwrap(), f);
+    let (_vol, _dev) = crash(vol, &dev);
 }

@@ -109,7 +109,9 @@ fn operations_and_their_errors() {
     // A directory moves with its entries.
     vol.rename(FileId(ROOT_INO), b"d", FileId(ROOT_INO), b"e", Replace::Allowed).unwrap();
     assert_eq!(vol.lookup(vol.lookup(FileId(ROOT_INO), b"e").unwrap(), b"sub").unwrap(), sub);
-    let a = vol.set_attr(f, SetAttr { mode: Some(0o600), mtime: Some(7), ..SetAttr::default() }).unwrap();
+    let a = vol
+        .set_attr(f, SetAttr { mode: Some(0o600), mtime: Some(mballoc_vol::Time::At(7)), ..SetAttr::default() })
+        .unwrap();
     assert_eq!((a.mode, a.mtime), (mballoc_vol::S_IFREG | 0o600, 7));
     let before = vol.usage();
     vol.close(f).unwrap();

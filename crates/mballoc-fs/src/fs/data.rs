@@ -74,7 +74,7 @@ impl Fs {
                         ino.disk_size = ino.size;
                     }
                 }
-                self.note(Change::Size { ino: ino.id, size: ino.size });
+                // Not logged here: see `log_size`.
             }
             if dirtied > 0 || listed {
                 self.dirty.fetch_add(dirtied, Ordering::AcqRel);
@@ -150,6 +150,7 @@ impl Fs {
             if mode == FallocateMode::ExtendSize && offset + len > ino.size {
                 ino.size = offset + len;
                 ino.disk_size = ino.size;
+                ino.logged_size = ino.size;
                 self.note(Change::Size { ino: ino.id, size: ino.size });
             }
             Ok(())
@@ -187,6 +188,7 @@ impl Fs {
                 (first_block.div_ceil(1 << self.cluster_bits), Removed::default())
             };
             ino.size = size;
+            ino.logged_size = size;
             // One unit: a crash shows the file before or after, never its
             // blocks gone at the old size.
             let unmap = Change::Unmap { ino: ino.id, first, end: u64::MAX };
@@ -247,6 +249,19 @@ impl Fs {
         })?;
         self.tick();
         Ok(())
+    }
+
+    /// Tell the change log the file's size, if a write grew it since the
+    /// log last heard: the caller has put every byte written so far on
+    /// its device (a crash then shows the file no longer than its data).
+    pub fn log_size(&self, f: FileId) -> Result<()> {
+        self.with_inode(f, false, |_, ino| {
+            if ino.logged_size != ino.size {
+                ino.logged_size = ino.size;
+                self.note(Change::Size { ino: ino.id, size: ino.size });
+            }
+            Ok(())
+        })
     }
 
     /// Record that the mapped blocks of the byte range hold their data on

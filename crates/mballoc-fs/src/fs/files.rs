@@ -64,6 +64,7 @@ impl Fs {
             tree,
             folios: Default::default(),
             disk_size: size,
+            logged_size: size,
             ext4,
         };
         let node = Arc::new(FileNode { inode: Mutex::new(inode), pas: Mutex::new(InodePas::default()) });

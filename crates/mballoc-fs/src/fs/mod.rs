@@ -23,6 +23,7 @@ mod shift;
 mod stats;
 mod streams;
 mod tree_blocks;
+mod trim;
 mod verify;
 
 pub use import::ImportedFile;
@@ -126,6 +127,12 @@ struct Inode {
     /// ext4's `i_disksize`: the size its on-disk inode has, which
     /// delayed data reaches only as writeback maps it.
     disk_size: u64,
+    /// The size the change log was last told. A write that extends the
+    /// file does not tell it: the layer that owns the data does, with
+    /// [`Fs::log_size`], once the data is on its device, so that after a
+    /// crash a file is never longer than what reached the disk
+    /// (data=ordered's promise: the old size, not a tail of zeros).
+    logged_size: u64,
     /// Under bigalloc, which blocks of its clusters the file holds, as
     /// ext4's extents map them (`fs/clusters.rs`); `None` without.
     ext4: Option<Box<clusters::Ext4Blocks>>,

@@ -93,6 +93,7 @@ impl Fs {
                 changes.push(Change::Map { ino: ino.id, logical, physical: e.physical, len: e.len, state: e.state });
             }
             ino.size = new_size;
+            ino.logged_size = new_size;
             changes.push(Change::Size { ino: ino.id, size: new_size });
             self.note_all(&changes);
             self.release(removed);

@@ -511,3 +511,21 @@ impl Home {
         out
     }
 }
+
+impl Home {
+    /// Write the superblock as it stands (one sector: whole or not at
+    /// all) and make it durable.
+    pub fn write_superblock(&self, dev: &dyn Device) -> Result<()> {
+        dev.write_at(0, &self.sb.encode()).map_err(|e| VolError::io("writing the superblock", e))?;
+        dev.flush().map_err(|e| VolError::io("flushing", e))
+    }
+
+    /// Note in the superblock why the volume stopped taking changes (the
+    /// first reason is kept).
+    pub fn record_error(&mut self, dev: &dyn Device, reason: &str) -> Result<()> {
+        if self.sb.error.is_none() {
+            self.sb.error = Some(reason.to_string());
+        }
+        self.write_superblock(dev)
+    }
+}

@@ -145,6 +145,15 @@ impl Home {
         tree: &[u64],
     ) -> std::result::Result<(crate::attr::Attr, Vec<u64>), TreeError> {
         let sb = &self.sb;
+        if head.len > sb.max_attr_bytes() {
+            let d = format!(
+                "inode {}: attributes of {} bytes (this volume keeps {})",
+                rec.ino,
+                head.len,
+                sb.max_attr_bytes()
+            );
+            return Err(TreeError::Damaged(VolError::corrupt("inode", rec.overflow, d)));
+        }
         let want = sb.overflow_blocks(head.len);
         let (mut rest, mut blocks) = (Vec::new(), Vec::new());
         let mut at = rec.overflow;
