@@ -52,7 +52,7 @@ pub const MB_FALLOC_KEEP_SIZE: c_int = 1;
 
 /// A mounted volume.
 pub struct MbVolume {
-    vol: Volume,
+    vol: Arc<Volume>,
     open_files: AtomicUsize,
 }
 
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn mb_volume_open(path: *const c_char, flags: c_int, out: 
         let dev = mballoc_vol::FileDevice::open(Path::new(path), mode).map_err(vol_err)?;
         let opts = mballoc_vol::MountOptions { access, ..Default::default() };
         let stats = flags & MB_VOLUME_STATS != 0;
-        let vol = Volume::open_with(Arc::new(dev), opts, |c| c.tunables.mb_stats = stats).map_err(vol_err)?;
+        let vol = Volume::open_with(Arc::new(dev), opts, |c| c.placement.tunables.mb_stats = stats).map_err(vol_err)?;
         let h = Box::new(MbVolume { vol, open_files: AtomicUsize::new(0) });
         // SAFETY: `out` is non-NULL and points at writable storage for a
         // pointer (the header's contract).

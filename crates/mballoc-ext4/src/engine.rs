@@ -124,22 +124,22 @@ pub fn load_carrying<S: BlockSource>(
     let geo = geometry(vol)?;
     let mut cfg = FsConfig::new(geo).with_cluster_bits(cluster_bits);
     configure(&mut cfg);
-    if cfg.cluster_bits != cluster_bits {
+    if cfg.shape.cluster_bits != cluster_bits {
         return Err(Ext4Error::Unsupported(format!(
             "a configuration for clusters of 2^{} blocks on a volume with clusters of 2^{cluster_bits}",
-            cfg.cluster_bits
+            cfg.shape.cluster_bits
         )));
     }
-    cfg.geometry = geo;
-    cfg.inodes_per_group = sb.inodes_per_group;
-    if cfg.flex_groups > 1 {
+    cfg.shape.geometry = geo;
+    cfg.shape.inodes_per_group = sb.inodes_per_group;
+    if cfg.shape.flex_groups > 1 {
         // A profile that models flex groups models the image's.
-        cfg.flex_groups = flex_groups(vol);
+        cfg.shape.flex_groups = flex_groups(vol);
     }
-    if let InodeNumbers::LowestFree { .. } = cfg.inode_numbers {
-        cfg.inode_numbers = InodeNumbers::LowestFree { first: u64::from(sb.first_ino) };
+    if let InodeNumbers::LowestFree { .. } = cfg.behaviour.inode_numbers {
+        cfg.behaviour.inode_numbers = InodeNumbers::LowestFree { first: u64::from(sb.first_ino) };
     }
-    with_stripe(&mut cfg.tunables, sb);
+    with_stripe(&mut cfg.placement.tunables, sb);
     let tree = vol.walk()?;
     let base = u64::from(sb.first_data_block);
     let mut files = Vec::new();
@@ -172,7 +172,7 @@ pub fn load_carrying<S: BlockSource>(
         .map_err(|why| Ext4Error::Unsupported(format!("{}: {why}", e.path)))?;
         imported.push(ImportedFile { ino: u64::from(e.inode.ino), size: e.inode.size, extents, kind });
     }
-    let lowest_free = matches!(cfg.inode_numbers, InodeNumbers::LowestFree { .. });
+    let lowest_free = matches!(cfg.behaviour.inode_numbers, InodeNumbers::LowestFree { .. });
     let fs = Fs::import(cfg, &bitmaps(vol)?, imported)
         .map_err(|e| Ext4Error::Unsupported(format!("the engine refused the image: {e}")))?;
     if lowest_free {

@@ -85,7 +85,7 @@ fn bigalloc_files_load_as_their_clusters() {
         assert_eq!(ours, theirs, "{}", e.path);
     }
     // A configuration for other clusters is refused, not run as this one.
-    let other = engine::load(&vol, |cfg| *cfg = mballoc_fs::FsConfig::kernel(cfg.geometry));
+    let other = engine::load(&vol, |cfg| *cfg = mballoc_fs::FsConfig::kernel(cfg.shape.geometry));
     assert!(matches!(other, Err(mballoc_ext4::Ext4Error::Unsupported(_))));
     // The engine goes on in clusters: a new file, a truncate, all freed.
     let f = fs.create().unwrap();

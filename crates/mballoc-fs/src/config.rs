@@ -116,10 +116,30 @@ pub enum DioRead {
     },
 }
 
-/// How the engine is set up.
+/// How the engine is set up, in four parts by who decides them: the
+/// volume's [`Shape`] (fixed by the format or the image), [`Placement`]
+/// (where blocks go: the allocator's knobs and this layer's), ext4's other
+/// decisions ([`Behaviour`]), and what the layer that stores the engine
+/// decides ([`Storage`]). A profile ([`FsConfig::new`], [`FsConfig::kernel`])
+/// sets placement and behaviour; a layer that stores the engine (a
+/// volume) takes those two whole and keeps its own shape and storage.
 #[derive(Debug, Clone)]
 pub struct FsConfig {
-    /// The volume's shape. Under bigalloc its blocks are clusters.
+    /// The volume's shape.
+    pub shape: Shape,
+    /// Where blocks go.
+    pub placement: Placement,
+    /// ext4's decisions beyond placement.
+    pub behaviour: Behaviour,
+    /// What the storing layer decides.
+    pub storage: Storage,
+}
+
+/// The volume's shape: what its format or image fixes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    /// Blocks, groups and their sizes. Under bigalloc its blocks are
+    /// clusters.
     pub geometry: Geometry,
     /// ext4's bigalloc: each of the geometry's blocks is a cluster of
     /// `2^cluster_bits` ext4 blocks (0: no clusters). The file layer then
@@ -130,23 +150,27 @@ pub struct FsConfig {
     /// [`FsConfig::with_cluster_bits`], which also scales the
     /// locality-group window as ext4 does.
     pub cluster_bits: u32,
+    /// Inodes per group: a file's home group is its inode's group, as in
+    /// ext4 (default: one inode per 16 KiB, mke2fs's default ratio).
+    pub inodes_per_group: u32,
+    /// Groups per flex group (1: no flex_bg). With 4 or more, a new file's
+    /// first goal is the second group of its inode's flex group and
+    /// CR_POWER2_ALIGNED skips the first group of each flex group for data,
+    /// as ext4 keeps those for directories and metadata.
+    pub flex_groups: u32,
+    /// Extra metadata ranges `(start, len)` never allocated.
+    pub reserved: Vec<(u64, u64)>,
+}
+
+/// Where blocks go: the allocator's knobs and this layer's placement.
+#[derive(Debug, Clone)]
+pub struct Placement {
     /// Allocator knobs; `mb_stream_req` and `mb_group_prealloc` steer this layer.
     pub tunables: Tunables,
     /// Window sizes for stream requests.
     pub normalization: Normalization,
-    /// Inodes per group: a file's home group is its inode's group, as in
-    /// ext4 (default: one inode per 16 KiB, mke2fs's default ratio).
-    pub inodes_per_group: u32,
     /// Locality groups (one per CPU in the kernel).
     pub locality_groups: usize,
-    /// Dirty blocks (delayed or written-into-unwritten) that start background
-    /// writeback, oldest file first, down to half of it. `u64::MAX` turns it off.
-    pub dirty_limit_blocks: u64,
-    /// Operations between automatic commits (the journal timer); 0 = only
-    /// on fsync, sync or explicit commit.
-    pub commit_interval_ops: u64,
-    /// Extra metadata ranges `(start, len)` never allocated.
-    pub reserved: Vec<(u64, u64)>,
     /// Stream goals (default `min(CPUs, groups / 4)`).
     pub stream_goals: Option<u32>,
     /// Lock-free, sharded shared state, or the pre-2025 kernel's locks.
@@ -157,11 +181,14 @@ pub struct FsConfig {
     pub writeback_request: RequestSize,
     /// Blocks one fallocate request may map.
     pub fallocate_request: RequestSize,
-    /// Groups per flex group (1: no flex_bg). With 4 or more, a new file's
-    /// first goal is the second group of its inode's flex group and
-    /// CR_POWER2_ALIGNED skips the first group of each flex group for data,
-    /// as ext4 keeps those for directories and metadata.
-    pub flex_groups: u32,
+    /// The decisions that differ from ext4's (goal, window, passes, when
+    /// to stop, group choice); `None` is ext4's ([`mballoc::KernelPolicy`]).
+    pub policy: Option<std::sync::Arc<dyn mballoc::Policy>>,
+}
+
+/// ext4's decisions beyond placement, each a named choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behaviour {
     /// How new files are numbered.
     pub inode_numbers: InodeNumbers,
     /// The order `sync` writes files back in.
@@ -171,18 +198,28 @@ pub struct FsConfig {
     /// What a punched hole covers, and whether it gives back
     /// preallocations.
     pub punch: PunchBehaviour,
-    /// Whether extent-tree blocks come from the allocator.
-    pub extent_tree: ExtentTreeBlocks,
     /// How writeback maps blocks in the extent tree (`InVolume` only).
     pub dioread: DioRead,
     /// Whether writeback follows the page cache's folios (see
     /// [`PageCache`]).
     pub page_cache: PageCache,
+}
+
+/// What the layer that stores the engine decides: when data is written
+/// back and commits happen, where extent-tree blocks live, and when freed
+/// blocks come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storage {
+    /// Dirty blocks (delayed or written-into-unwritten) that start background
+    /// writeback, oldest file first, down to half of it. `u64::MAX` turns it off.
+    pub dirty_limit_blocks: u64,
+    /// Operations between automatic commits (the journal timer); 0 = only
+    /// on fsync, sync or explicit commit.
+    pub commit_interval_ops: u64,
+    /// Whether extent-tree blocks come from the allocator.
+    pub extent_tree: ExtentTreeBlocks,
     /// When freed blocks may be allocated again.
     pub free_reuse: FreeReuse,
-    /// The decisions that differ from ext4's (goal, window, passes, when
-    /// to stop, group choice); `None` is ext4's ([`mballoc::KernelPolicy`]).
-    pub policy: Option<std::sync::Arc<dyn mballoc::Policy>>,
 }
 
 impl FsConfig {
@@ -191,30 +228,38 @@ impl FsConfig {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let ipg = (u64::from(geometry.blocks_per_group()) * u64::from(geometry.block_size()) / 16384).max(1);
         FsConfig {
-            geometry,
-            cluster_bits: 0,
-            tunables: Tunables::default(),
-            normalization: Normalization::KernelWindows,
-            inodes_per_group: ipg.min(u64::from(u32::MAX)) as u32,
-            locality_groups: cpus,
-            dirty_limit_blocks: (geometry.total_blocks() / 10).clamp(256, 1 << 18),
-            commit_interval_ops: 1000,
-            reserved: Vec::new(),
-            stream_goals: None,
-            concurrency: Concurrency::Scalable,
-            stream_placement: StreamPlacement::PerFile,
-            writeback_request: RequestSize::WholeRun,
-            fallocate_request: RequestSize::WholeRun,
-            flex_groups: 16,
-            inode_numbers: InodeNumbers::Sequential { first: crate::inode_numbers::FIRST_INO },
-            sync_order: SyncOrder::ByInode,
-            close: CloseBehaviour::DiscardAtLastClose,
-            punch: PunchBehaviour::AsGiven,
-            free_reuse: FreeReuse::AtCommit,
-            extent_tree: ExtentTreeBlocks::Outside,
-            dioread: DioRead::NoLock,
-            page_cache: PageCache::Untracked,
-            policy: None,
+            shape: Shape {
+                geometry,
+                cluster_bits: 0,
+                inodes_per_group: ipg.min(u64::from(u32::MAX)) as u32,
+                flex_groups: 16,
+                reserved: Vec::new(),
+            },
+            placement: Placement {
+                tunables: Tunables::default(),
+                normalization: Normalization::KernelWindows,
+                locality_groups: cpus,
+                stream_goals: None,
+                concurrency: Concurrency::Scalable,
+                stream_placement: StreamPlacement::PerFile,
+                writeback_request: RequestSize::WholeRun,
+                fallocate_request: RequestSize::WholeRun,
+                policy: None,
+            },
+            behaviour: Behaviour {
+                inode_numbers: InodeNumbers::Sequential { first: crate::inode_numbers::FIRST_INO },
+                sync_order: SyncOrder::ByInode,
+                close: CloseBehaviour::DiscardAtLastClose,
+                punch: PunchBehaviour::AsGiven,
+                dioread: DioRead::NoLock,
+                page_cache: PageCache::Untracked,
+            },
+            storage: Storage {
+                dirty_limit_blocks: (geometry.total_blocks() / 10).clamp(256, 1 << 18),
+                commit_interval_ops: 1000,
+                extent_tree: ExtentTreeBlocks::Outside,
+                free_reuse: FreeReuse::AtCommit,
+            },
         }
     }
 
@@ -229,23 +274,31 @@ impl FsConfig {
     /// kernel commits every 5 s, which a run shorter than that never
     /// reaches). [`FsConfig::new`] keeps the engine's own choices.
     pub fn kernel(geometry: Geometry) -> Self {
+        let base = FsConfig::new(geometry);
         FsConfig {
-            tunables: Tunables::kernel(),
-            locality_groups: 1,
-            commit_interval_ops: 0,
-            dirty_limit_blocks: u64::MAX,
-            stream_placement: StreamPlacement::Kernel,
-            writeback_request: RequestSize::UpTo(2048),
-            fallocate_request: RequestSize::UpTo(crate::extent_map::MAX_UNWRITTEN_LEN),
-            flex_groups: 16,
-            inode_numbers: InodeNumbers::LowestFree { first: crate::inode_numbers::FIRST_INO + 1 },
-            sync_order: SyncOrder::Dirtied,
-            close: CloseBehaviour::Ext4,
-            punch: PunchBehaviour::Ext4,
-            free_reuse: FreeReuse::AtCommit,
-            extent_tree: ExtentTreeBlocks::InVolume,
-            page_cache: PageCache::Folios { largest: 2 << 20 },
-            ..FsConfig::new(geometry)
+            placement: Placement {
+                tunables: Tunables::kernel(),
+                locality_groups: 1,
+                stream_placement: StreamPlacement::Kernel,
+                writeback_request: RequestSize::UpTo(2048),
+                fallocate_request: RequestSize::UpTo(crate::extent_map::MAX_UNWRITTEN_LEN),
+                ..base.placement
+            },
+            behaviour: Behaviour {
+                inode_numbers: InodeNumbers::LowestFree { first: crate::inode_numbers::FIRST_INO + 1 },
+                sync_order: SyncOrder::Dirtied,
+                close: CloseBehaviour::Ext4,
+                punch: PunchBehaviour::Ext4,
+                page_cache: PageCache::Folios { largest: 2 << 20 },
+                ..base.behaviour
+            },
+            storage: Storage {
+                commit_interval_ops: 0,
+                dirty_limit_blocks: u64::MAX,
+                free_reuse: FreeReuse::AtCommit,
+                extent_tree: ExtentTreeBlocks::InVolume,
+            },
+            shape: Shape { flex_groups: 16, ..base.shape },
         }
     }
 
@@ -254,11 +307,11 @@ impl FsConfig {
     /// scaled as `ext4_mb_init` scales it, to `max(window >> bits, 32)`,
     /// so it stays about 2 MiB for clusters up to 64 KiB.
     pub fn with_cluster_bits(mut self, cluster_bits: u32) -> Self {
-        if cluster_bits > self.cluster_bits {
-            let scaled = self.tunables.mb_group_prealloc >> (cluster_bits - self.cluster_bits);
-            self.tunables.mb_group_prealloc = scaled.max(32);
+        if cluster_bits > self.shape.cluster_bits {
+            let scaled = self.placement.tunables.mb_group_prealloc >> (cluster_bits - self.shape.cluster_bits);
+            self.placement.tunables.mb_group_prealloc = scaled.max(32);
         }
-        self.cluster_bits = cluster_bits;
+        self.shape.cluster_bits = cluster_bits;
         self
     }
 }

@@ -107,7 +107,8 @@ mod view;
 pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
 pub use config::{
-    CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, PunchBehaviour, RequestSize, SyncOrder,
+    Behaviour, CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, Placement, PunchBehaviour, RequestSize,
+    Shape, Storage, SyncOrder,
 };
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN};

@@ -28,9 +28,13 @@ fn free(fs: &Fs) -> u64 {
 #[test]
 fn the_cluster_ratio_scales_the_locality_group_window_as_ext4_does() {
     let geo = Geometry::new(4096, 1 << 18).unwrap();
-    assert_eq!(FsConfig::kernel(geo).with_cluster_bits(2).tunables.mb_group_prealloc, 128);
-    assert_eq!(FsConfig::kernel(geo).with_cluster_bits(4).tunables.mb_group_prealloc, 32);
-    assert_eq!(FsConfig::kernel(geo).with_cluster_bits(8).tunables.mb_group_prealloc, 32, "at least 32 clusters");
+    assert_eq!(FsConfig::kernel(geo).with_cluster_bits(2).placement.tunables.mb_group_prealloc, 128);
+    assert_eq!(FsConfig::kernel(geo).with_cluster_bits(4).placement.tunables.mb_group_prealloc, 32);
+    assert_eq!(
+        FsConfig::kernel(geo).with_cluster_bits(8).placement.tunables.mb_group_prealloc,
+        32,
+        "at least 32 clusters"
+    );
     let too_big = FsConfig::kernel(geo).with_cluster_bits(19);
     assert!(matches!(Fs::new(too_big), Err(FsError::InvalidConfig(_))), "clusters above 1 GiB are refused");
 }

@@ -15,10 +15,10 @@ const MIB: u64 = 1024 * KIB;
 /// A 1 GiB volume of 4 KiB blocks (8 groups of 32,768).
 fn gib_volume() -> FsConfig {
     let mut cfg = FsConfig::new(Geometry::new(4096, 1 << 18).unwrap());
-    cfg.tunables = Tunables::with_stats();
-    cfg.locality_groups = 1;
+    cfg.placement.tunables = Tunables::with_stats();
+    cfg.placement.locality_groups = 1;
     // Fixed, so results do not depend on the machine's CPU count.
-    cfg.stream_goals = Some(2);
+    cfg.placement.stream_goals = Some(2);
     cfg
 }
 
@@ -76,7 +76,7 @@ fn sixty_four_interleaved_appenders_stay_in_few_extents() {
     // 64 files appended 4 KiB at a time in turn, 1 MiB each, with background
     // writeback every 8 MiB of dirty data.
     let mut cfg = gib_volume();
-    cfg.dirty_limit_blocks = 2048;
+    cfg.storage.dirty_limit_blocks = 2048;
     let (mean, max) = interleaved_appenders(cfg, 64, 256, Append::Write);
     eprintln!("64 interleaved buffered appenders: {mean:.2} extents per file on average, {max} at most");
     assert!(max <= 4, "delayed allocation with stream windows should keep files whole: {mean} mean, {max} max");
@@ -90,7 +90,7 @@ fn sixty_four_interleaved_appenders_stay_in_few_extents() {
 
     // ext4's placement interleaves them block by block.
     let mut cfg = gib_volume();
-    cfg.stream_placement = StreamPlacement::Kernel;
+    cfg.placement.stream_placement = StreamPlacement::Kernel;
     let (mean, max) = interleaved_appenders(cfg, 64, 256, Append::Fallocate);
     eprintln!("64 interleaved fallocate appenders, kernel placement: {mean:.2} extents per file, {max} at most");
     assert!(mean > 100.0, "kernel placement should interleave: {mean} mean");
@@ -99,7 +99,7 @@ fn sixty_four_interleaved_appenders_stay_in_few_extents() {
 #[test]
 fn truncate_then_reallocate_before_commit_does_not_reuse_freed_blocks() {
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 1024).unwrap());
-    cfg.commit_interval_ops = 0;
+    cfg.storage.commit_interval_ops = 0;
     let fs = Fs::new(cfg).unwrap();
     let a = fs.create().unwrap();
     fs.write(a, 0, 600 * 4096).unwrap();
@@ -133,7 +133,7 @@ fn truncate_then_reallocate_before_commit_does_not_reuse_freed_blocks() {
 #[test]
 fn a_write_that_needs_pending_frees_commits_instead_of_failing() {
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 2048).unwrap());
-    cfg.commit_interval_ops = 0;
+    cfg.storage.commit_interval_ops = 0;
     let fs = Fs::new(cfg).unwrap();
     let a = fs.create().unwrap();
     fs.fallocate(a, 0, 2048 * 4096, FallocateMode::ExtendSize).unwrap();
@@ -154,7 +154,7 @@ fn preallocations_never_cause_no_space() {
     // Small files leave locality-group runs, streams leave windows; then one
     // file asks for every block that is left.
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 8192).unwrap());
-    cfg.locality_groups = 2;
+    cfg.placement.locality_groups = 2;
     let fs = Fs::new(cfg).unwrap();
     let mut rng = common::rng(common::seed("preallocations_never_cause_no_space"));
     for _ in 0..40 {
@@ -220,7 +220,7 @@ fn fallocate_gives_unwritten_extents_that_writes_convert() {
 #[test]
 fn punched_pieces_merge_in_the_transaction() {
     let mut cfg = gib_volume();
-    cfg.commit_interval_ops = 0;
+    cfg.storage.commit_interval_ops = 0;
     let fs = Fs::new(cfg).unwrap();
     let f = fs.create().unwrap();
     fs.fallocate(f, 0, 64 * 4096, FallocateMode::ExtendSize).unwrap();
@@ -238,7 +238,7 @@ fn punched_pieces_merge_in_the_transaction() {
 #[test]
 fn bad_calls_are_typed_errors_that_change_nothing() {
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 4096).unwrap());
-    cfg.commit_interval_ops = 0;
+    cfg.storage.commit_interval_ops = 0;
     let fs = Fs::new(cfg).unwrap();
     let f = fs.create().unwrap();
     fs.write(f, 0, 100 * 4096).unwrap();
@@ -278,18 +278,18 @@ fn bad_calls_are_typed_errors_that_change_nothing() {
 #[test]
 fn an_oversized_prealloc_table_is_rejected() {
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 4096).unwrap());
-    cfg.normalization = Normalization::Table(PreallocTable::lustre_default());
+    cfg.placement.normalization = Normalization::Table(PreallocTable::lustre_default());
     assert!(matches!(Fs::new(cfg).err(), Some(FsError::InvalidConfig(_))));
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 4096).unwrap());
-    cfg.flex_groups = 3;
+    cfg.shape.flex_groups = 3;
     assert!(matches!(Fs::new(cfg).err(), Some(FsError::Alloc(mballoc::Error::InvalidGeometry(_)))));
 }
 
 #[test]
 fn threads_sharing_the_engine_keep_every_invariant() {
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 2048, 8 * 2048).unwrap());
-    cfg.locality_groups = 4;
-    cfg.dirty_limit_blocks = 512;
+    cfg.placement.locality_groups = 4;
+    cfg.storage.dirty_limit_blocks = 512;
     let fs = Fs::new(cfg).unwrap();
     let base = common::seed("threads_sharing_the_engine_keep_every_invariant");
     std::thread::scope(|s| {
@@ -410,7 +410,7 @@ fn a_policy_moves_goals_and_resizes_windows() {
         }
     }
     let mut cfg = FsConfig::new(Geometry::new(4096, 1 << 18).unwrap());
-    cfg.policy = Some(std::sync::Arc::new(FarAndSmall));
+    cfg.placement.policy = Some(std::sync::Arc::new(FarAndSmall));
     let fs = Fs::new(cfg).unwrap();
     let f = fs.create().unwrap();
     fs.write(f, 0, 1 << 20).unwrap();
@@ -433,7 +433,7 @@ fn a_policy_moves_goals_and_resizes_windows() {
 fn freed_blocks_wait_for_the_commit_unless_told_otherwise() {
     for (reuse, pending) in [(FreeReuse::AtCommit, 64), (FreeReuse::AtOnce, 0)] {
         let mut cfg = FsConfig::kernel(Geometry::new(4096, 1 << 18).unwrap());
-        cfg.free_reuse = reuse;
+        cfg.storage.free_reuse = reuse;
         let fs = Fs::new(cfg).unwrap();
         let f = fs.create().unwrap();
         fs.write(f, 0, 64 * 4096).unwrap();

@@ -86,16 +86,16 @@ impl Sim {
         let total = if tight { 4 * 1024 - 100 } else { 16 * 1024 - 300 };
         let geo = Geometry::with_group_size(4096, 1024, total).unwrap();
         let mut cfg = FsConfig::new(geo);
-        cfg.tunables = Tunables::with_stats();
-        cfg.normalization = norm;
-        cfg.locality_groups = 2;
-        cfg.inodes_per_group = 4;
-        cfg.commit_interval_ops = 97;
-        cfg.reserved = vec![(2000, 40)];
-        cfg.dirty_limit_blocks = if mode == Writeback::Explicit { u64::MAX } else { 600 };
+        cfg.placement.tunables = Tunables::with_stats();
+        cfg.placement.normalization = norm;
+        cfg.placement.locality_groups = 2;
+        cfg.shape.inodes_per_group = 4;
+        cfg.storage.commit_interval_ops = 97;
+        cfg.shape.reserved = vec![(2000, 40)];
+        cfg.storage.dirty_limit_blocks = if mode == Writeback::Explicit { u64::MAX } else { 600 };
         tweak(&mut cfg);
-        let ext4_close = cfg.close == CloseBehaviour::Ext4;
-        let ext4_punch = cfg.punch == mballoc_fs::PunchBehaviour::Ext4;
+        let ext4_close = cfg.behaviour.close == CloseBehaviour::Ext4;
+        let ext4_punch = cfg.behaviour.punch == mballoc_fs::PunchBehaviour::Ext4;
         Sim {
             ext4_close,
             ext4_punch,
@@ -447,8 +447,8 @@ fn simulation_kernel_placement_legacy_locks() {
         || Normalization::KernelWindows,
         Writeback::Explicit,
         |cfg| {
-            cfg.stream_placement = StreamPlacement::Kernel;
-            cfg.concurrency = Concurrency::Legacy;
+            cfg.placement.stream_placement = StreamPlacement::Kernel;
+            cfg.placement.concurrency = Concurrency::Legacy;
         },
     );
 }
@@ -464,7 +464,7 @@ fn simulation_kernel_profile() {
         Writeback::Explicit,
         |cfg| {
             kernel_profile(cfg);
-            cfg.flex_groups = 4;
+            cfg.shape.flex_groups = 4;
         },
     );
 }
@@ -472,17 +472,17 @@ fn simulation_kernel_profile() {
 /// Every ext4-faithful behaviour of the kernel profile on `cfg`'s volume,
 /// statistics kept on.
 fn kernel_profile(cfg: &mut FsConfig) {
-    let k = FsConfig::kernel(cfg.geometry);
-    cfg.tunables = Tunables { mb_stats: true, ..k.tunables };
-    cfg.locality_groups = k.locality_groups;
-    cfg.stream_placement = k.stream_placement;
-    cfg.writeback_request = k.writeback_request;
-    cfg.fallocate_request = k.fallocate_request;
-    cfg.inode_numbers = k.inode_numbers;
-    cfg.sync_order = k.sync_order;
-    cfg.close = k.close;
-    cfg.punch = k.punch;
-    cfg.extent_tree = k.extent_tree;
+    let k = FsConfig::kernel(cfg.shape.geometry);
+    cfg.placement.tunables = Tunables { mb_stats: true, ..k.placement.tunables };
+    cfg.placement.locality_groups = k.placement.locality_groups;
+    cfg.placement.stream_placement = k.placement.stream_placement;
+    cfg.placement.writeback_request = k.placement.writeback_request;
+    cfg.placement.fallocate_request = k.placement.fallocate_request;
+    cfg.behaviour.inode_numbers = k.behaviour.inode_numbers;
+    cfg.behaviour.sync_order = k.behaviour.sync_order;
+    cfg.behaviour.close = k.behaviour.close;
+    cfg.behaviour.punch = k.behaviour.punch;
+    cfg.storage.extent_tree = k.storage.extent_tree;
 }
 
 #[test]
@@ -506,8 +506,8 @@ fn simulation_kernel_profile_on_groups_of_any_length() {
         || Normalization::KernelWindows,
         Writeback::Explicit,
         |cfg| {
-            let total = cfg.geometry.total_blocks();
-            cfg.geometry = Geometry::with_group_size(4096, 1000, total).unwrap();
+            let total = cfg.shape.geometry.total_blocks();
+            cfg.shape.geometry = Geometry::with_group_size(4096, 1000, total).unwrap();
             kernel_profile(cfg);
         },
     );

@@ -55,11 +55,11 @@ fn stress(name: &str, concurrency: Concurrency, placement: StreamPlacement) {
     let rounds = 6 * common::scale();
     let ops = 400;
     let mut cfg = FsConfig::new(Geometry::with_group_size(4096, 1024, 24 * 1024).unwrap());
-    cfg.concurrency = concurrency;
-    cfg.stream_placement = placement;
-    cfg.commit_interval_ops = 200;
-    cfg.inodes_per_group = 8;
-    cfg.dirty_limit_blocks = 2_000;
+    cfg.placement.concurrency = concurrency;
+    cfg.placement.stream_placement = placement;
+    cfg.storage.commit_interval_ops = 200;
+    cfg.shape.inodes_per_group = 8;
+    cfg.storage.dirty_limit_blocks = 2_000;
     let fs = Arc::new(Fs::new(cfg).unwrap());
     let shared: Arc<Vec<FileId>> = Arc::new((0..4).map(|_| fs.create().unwrap()).collect());
     let start = Arc::new(Barrier::new(threads + 1));

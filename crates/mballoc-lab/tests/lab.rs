@@ -252,12 +252,13 @@ fn the_profile_comes_first_and_the_variant_and_statistics_after() {
     s.set_str("engine.profile=kernel").unwrap();
     s.set_str("engine.mb_max_to_scan=50").unwrap();
     let env = engine_env().with_settings(s);
-    let v = scenarios::Variant::engine("linear", |c| c.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off)
-        .under(scenarios::Stats::On, &env);
+    let v =
+        scenarios::Variant::engine("linear", |c| c.placement.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off)
+            .under(scenarios::Stats::On, &env);
     let mut cfg = mballoc_fs::FsConfig::new(mballoc::Geometry::new(4096, 1 << 18).unwrap());
     v.configure(&mut cfg);
-    assert_eq!(cfg.sync_order, mballoc_fs::SyncOrder::Dirtied, "the kernel profile");
-    assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off, "the variant's own setting");
-    assert!(cfg.tunables.mb_stats, "the scenario's statistics setting");
-    assert_eq!(cfg.tunables.mb_max_to_scan, 50, "the run's setting");
+    assert_eq!(cfg.behaviour.sync_order, mballoc_fs::SyncOrder::Dirtied, "the kernel profile");
+    assert_eq!(cfg.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off, "the variant's own setting");
+    assert!(cfg.placement.tunables.mb_stats, "the scenario's statistics setting");
+    assert_eq!(cfg.placement.tunables.mb_max_to_scan, 50, "the run's setting");
 }

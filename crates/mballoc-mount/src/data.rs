@@ -14,7 +14,7 @@ use crate::options::Atime;
 use crate::server::{errno, Caller, Done, VolumeFs, TTL};
 use crate::stat::file_attr;
 use mballoc_fs::{FallocateMode, FileId};
-use mballoc_vol::{Owner, VolError, FL_APPEND, FL_IMMUTABLE, FL_SYNC, S_IFDIR, S_IFMT, S_IFREG};
+use mballoc_vol::{Edit, Owner, SetId, VolError, FL_APPEND, FL_IMMUTABLE, S_IFDIR, S_IFMT, S_IFREG};
 
 /// File handles of `O_DIRECT` opens carry this bit.
 pub(crate) const DIRECT: u64 = 1;
@@ -49,16 +49,22 @@ fn put_open(out: &mut Out, fh: u64) {
 }
 
 impl VolumeFs {
-    /// Drop capabilities and the set-ID bits a change of the file's
-    /// contents by `c` clears; `kill`: the kernel says `c` may not keep
-    /// them. The kernel forgets the attributes it cached.
-    fn drop_privileges(&self, c: Caller, ino: u64, kill: bool) -> Result<(), VolError> {
-        let a = self.vol.attr(FileId(ino))?;
-        let by = mballoc_vol::Caller { privileged: c.vol().privileged && !kill, ..c.vol() };
-        // Group membership matters only to a set-group-ID bit the group
-        // cannot execute (the supplementary groups are read only then).
-        let in_group = a.mode & 0o2010 != 0o2000 || c.in_group(a.gid);
-        if self.vol.drop_privileges(FileId(ino), by.set_id(in_group))? {
+    /// Change `ino`'s contents as `c` asks under the volume's rules
+    /// (chattr flags, set-ID bits, times); `kill`: the kernel says `c` may
+    /// not keep set-ID bits. The kernel forgets attributes the change
+    /// dropped.
+    fn edit(&self, c: Caller, ino: u64, e: Edit<'_>, kill: bool) -> Result<(), VolError> {
+        let set_id = if !kill && c.vol().privileged {
+            SetId::Keep
+        } else {
+            // Group membership matters only to a set-group-ID bit the
+            // group cannot execute (the supplementary groups are read
+            // only then).
+            let a = self.vol.attr(FileId(ino))?;
+            let in_group = a.mode & 0o2010 != 0o2000 || c.in_group(a.gid);
+            mballoc_vol::Caller { privileged: false, ..c.vol() }.set_id(in_group)
+        };
+        if self.vol.edit(FileId(ino), e, set_id)? {
             self.invalidate(ino);
         }
         Ok(())
@@ -86,12 +92,10 @@ impl VolumeFs {
         let f = FileId(ino);
         self.vol.open_file(f)?;
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
-            let r = self.vol.truncate(f, 0).map(|()| self.vol.touch(f));
-            if let Err(e) = r {
+            if let Err(e) = self.edit(c, ino, Edit::Truncate { size: 0 }, kill) {
                 let _ = self.vol.close(f);
                 return Err(e);
             }
-            self.drop_privileges(c, ino, kill)?;
         }
         Ok(if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 })
     }
@@ -172,29 +176,13 @@ impl VolumeFs {
         data: &[u8],
         out: &mut Out,
     ) -> Done {
-        let f = FileId(ino);
-        let r = (|| {
-            let a = self.vol.attr(f)?;
-            if a.flags & FL_IMMUTABLE != 0 {
-                return Err(refuse(ino, "immutable"));
-            }
-            if a.flags & FL_APPEND != 0 && offset < self.vol.size(f)? {
-                return Err(refuse(ino, "append-only, and the write is not at the end"));
-            }
-            self.drop_privileges(c, ino, write_flags & WRITE_KILL_SUIDGID != 0)?;
-            let bs = u64::from(self.vol.superblock().block_size);
-            if fh & DIRECT != 0 && aligned(offset, data.len() as u64, bs) {
-                self.vol.write_direct(f, offset, data)?;
-            } else {
-                self.vol.write(f, offset, data)?;
-            }
-            self.vol.touch(f);
-            // chattr +S: durable before the write returns.
-            if a.flags & FL_SYNC != 0 {
-                self.vol.fsync(f)?;
-            }
-            Ok(())
-        })();
+        let bs = u64::from(self.vol.superblock().block_size);
+        let e = if fh & DIRECT != 0 && aligned(offset, data.len() as u64, bs) {
+            Edit::WriteDirect { offset, data }
+        } else {
+            Edit::Write { offset, data }
+        };
+        let r = self.edit(c, ino, e, write_flags & WRITE_KILL_SUIDGID != 0);
         r.map_err(|e| errno(&e))?;
         out.u32(data.len() as u32).u32(0);
         Ok(())
@@ -209,23 +197,17 @@ impl VolumeFs {
         if !a.is_file() {
             return Err(VolError::InvalidArgument(format!("inode {ino} holds no data")));
         }
-        if a.flags & (FL_IMMUTABLE | FL_APPEND) != 0 {
-            return Err(refuse(ino, "immutable or append-only"));
-        }
         // The engine truncates open files: `ftruncate` has one, a path
         // truncate of a file nobody holds opens it for the call.
         let f = FileId(ino);
+        let kill = valid & fattr::KILL_SUIDGID != 0;
         if self.vol.open_handles(f)? > 0 {
-            self.vol.truncate(f, size)?;
-        } else {
-            self.vol.open_file(f)?;
-            let r = self.vol.truncate(f, size);
-            let closed = self.vol.close(f);
-            r?;
-            closed?;
+            return self.edit(c, ino, Edit::Truncate { size }, kill);
         }
-        self.vol.touch(f);
-        self.drop_privileges(c, ino, valid & fattr::KILL_SUIDGID != 0)
+        self.vol.open_file(f)?;
+        let r = self.edit(c, ino, Edit::Truncate { size }, kill);
+        let closed = self.vol.close(f);
+        r.and(closed)
     }
 
     pub(crate) fn release(&self, ino: u64) -> Done {
@@ -268,28 +250,23 @@ impl VolumeFs {
         if len == 0 {
             return Err(VolError::Fs(mballoc_fs::FsError::ZeroLength));
         }
-        let flags = self.vol.flags(FileId(ino))?;
-        if flags & FL_IMMUTABLE != 0 || (flags & FL_APPEND != 0 && mode & !libc::FALLOC_FL_KEEP_SIZE != 0) {
-            return Err(refuse(ino, "immutable, or append-only"));
-        }
         let f = FileId(ino);
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let size_mode = if keep { FallocateMode::KeepSize } else { FallocateMode::ExtendSize };
-        let size = self.vol.size(f)?;
-        let inside = len.min(size.saturating_sub(offset));
-        match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => self.vol.fallocate(f, offset, len, size_mode)?,
+        let e = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Edit::Allocate { offset, len, mode: size_mode },
             libc::FALLOC_FL_PUNCH_HOLE if keep => {
-                if inside > 0 {
-                    self.vol.punch_hole(f, offset, inside)?;
+                // Nothing past the end, as ext4.
+                let inside = len.min(self.vol.size(f)?.saturating_sub(offset));
+                if inside == 0 {
+                    return Ok(());
                 }
+                Edit::PunchHole { offset, len: inside }
             }
-            libc::FALLOC_FL_ZERO_RANGE => self.vol.zero_range(f, offset, len, size_mode)?,
+            libc::FALLOC_FL_ZERO_RANGE => Edit::ZeroRange { offset, len, mode: size_mode },
             _ => return Err(VolError::InvalidArgument(format!("fallocate mode {mode:#x}"))),
-        }
-        self.vol.touch(f);
-        self.drop_privileges(c, ino, false)?;
-        Ok(())
+        };
+        self.edit(c, ino, e, false)
     }
 
     /// `lseek` with SEEK_DATA or SEEK_HOLE: the kernel's own answer (the

@@ -57,7 +57,6 @@ mod control;
 mod data;
 mod dirs;
 mod entries;
-mod flusher;
 mod fuse;
 mod options;
 mod server;
@@ -140,15 +139,14 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     }
     let devices = open_devices(args)?;
     let access = if c.read_only { Access::ReadOnly } else { Access::ReadWrite };
-    let opts = MountOptions { folio_size: c.folio, access, ..MountOptions::default() };
+    let opts = MountOptions { folio_size: c.folio, access, commit: c.commit, ..MountOptions::default() };
     let profile = c.profile;
     let vol = Volume::open_with(devices.volume.clone(), opts, |cfg| {
         if profile == Profile::Kernel {
-            *cfg = FsConfig::kernel(cfg.geometry);
+            *cfg = FsConfig::kernel(cfg.shape.geometry);
         }
     })
     .with_context(|| format!("mounting {}", args.volume.display()))?;
-    let vol = Arc::new(vol);
     let source = std::fs::canonicalize(&args.volume).unwrap_or_else(|_| args.volume.clone());
     let table_source = match &devices.block {
         Some(b) => b.display().to_string(),
@@ -172,7 +170,6 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     if let Ok(n) = ch.clone_for_thread() {
         let _ = fs.notifier.set(n);
     }
-    let flusher = if c.read_only { None } else { flusher::Flusher::start(vol.clone(), c.commit) };
     let vfs = vfs_flags::Watcher::start(&args.dir, fs.vfs.clone(), vol.clone());
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
@@ -201,15 +198,13 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     handle.close();
     let _ = watcher.join();
     drop(vfs);
-    drop(flusher);
     served.with_context(|| format!("serving {}", args.dir.display()))?;
     drop(fs);
-    let vol =
-        Arc::try_unwrap(vol).map_err(|_| anyhow::anyhow!("the volume is still in use after the session ended"))?;
     if vol.is_halted() {
         // After a shutdown or a bug the volume writes nothing more: it is
         // left as a crash leaves it, and the next mount replays its journal.
         eprintln!("mballoc mount: {} was not marked clean; the next mount replays its journal", args.volume.display());
+        vol.abandon();
         return Ok(());
     }
     vol.unmount().with_context(|| format!("closing {}", args.volume.display()))?;

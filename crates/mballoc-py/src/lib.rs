@@ -63,10 +63,10 @@ impl Volume {
             .detach(|| {
                 let dev = FileDevice::open(std::path::Path::new(path), mode)?;
                 let opts = MountOptions { access, ..MountOptions::default() };
-                mballoc_vol::Volume::open_with(Arc::new(dev), opts, |c| c.tunables.mb_stats = stats)
+                mballoc_vol::Volume::open_with(Arc::new(dev), opts, |c| c.placement.tunables.mb_stats = stats)
             })
             .map_err(os_err)?;
-        Ok(Volume { vol: Mutex::new(Some(Arc::new(vol))) })
+        Ok(Volume { vol: Mutex::new(Some(vol)) })
     }
 
     /// Write everything back and leave the volume clean. Refused while
@@ -74,13 +74,11 @@ impl Volume {
     fn unmount(&self, py: Python<'_>) -> PyResult<()> {
         let mut slot = self.vol.lock().expect("not poisoned");
         let Some(v) = slot.take() else { return Ok(()) };
-        match Arc::try_unwrap(v) {
-            Ok(v) => py.detach(|| v.unmount()).map_err(os_err),
-            Err(v) => {
-                *slot = Some(v);
-                Err(PyOSError::new_err((16, "files of this volume are still open")))
-            }
+        if Arc::strong_count(&v) > 1 {
+            *slot = Some(v);
+            return Err(PyOSError::new_err((16, "files of this volume are still open")));
         }
+        py.detach(|| v.unmount()).map_err(os_err)
     }
 
     fn mkdir(&self, path: &str) -> PyResult<()> {

@@ -41,13 +41,8 @@ impl Volume {
         }
     }
 
-    /// A buffered write: the data goes to the cache, blocks are reserved
-    /// now and allocated at writeback. Every read and device write the
-    /// call needs happens before anything changes, so an error (NoSpace,
-    /// MetadataFull, a device error) leaves the file as it was. Writeback
-    /// the write sets off afterwards reports its failure to the next
-    /// write, fsync or sync; the data stays dirty and is written again.
-    pub fn write(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
+    /// [`Volume::write`] without the rules of [`Volume::edit`].
+    pub(crate) fn write_cached(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
@@ -340,7 +335,7 @@ impl Volume {
     /// Set the size; shrinking frees the blocks past the end (after the
     /// next commit) and zeroes the rest of the last block; growing zeroes
     /// the old last block past the old end first.
-    pub fn truncate(&self, f: FileId, size: u64) -> Result<()> {
+    pub(crate) fn resize(&self, f: FileId, size: u64) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
@@ -362,6 +357,19 @@ impl Volume {
         Ok(())
     }
 
+    /// Load the folios of the partial blocks at either edge of
+    /// `[offset, end)` that zeroing inside a file of `size` bytes touches.
+    fn prepare_edges(&self, f: FileId, fc: &mut FileCache, offset: u64, end: u64, size: u64) -> Result<()> {
+        let bs = self.block_size();
+        if !offset.is_multiple_of(bs) && offset < size {
+            self.prepare_partial(f, fc, offset)?;
+        }
+        if !end.is_multiple_of(bs) && end > offset && end <= size {
+            self.prepare_partial(f, fc, end)?;
+        }
+        Ok(())
+    }
+
     /// Load the folio of the block holding byte `at` if zeroing part of it
     /// will need it (the block holds data), so that no read is left for
     /// after an engine change.
@@ -375,16 +383,17 @@ impl Volume {
 
     /// Deallocate the whole blocks in the range and zero its partial ones;
     /// the size does not change.
-    pub fn punch_hole(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+    pub(crate) fn punch(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
         let bs = self.block_size();
-        for edge in [offset, offset.saturating_add(len)] {
-            if edge % bs != 0 && edge < self.fs.size(f)? {
-                self.prepare_partial(f, &mut fc, edge)?;
-            }
-        }
+        // The partial blocks it zeroes, read now: at the start, and at the
+        // end of the range or of the file, whichever comes first (a range
+        // that ends in the last block's slack zeroes that block to the
+        // size), so no read is left for after the engine's change.
+        let size = self.fs.size(f)?;
+        self.prepare_edges(f, &mut fc, offset, offset.saturating_add(len).min(size), size)?;
         // A hole inside an extent splits it in two.
         self.admit_records(f, 1)?;
         self.fs.punch_hole(f, offset, len)?;
@@ -406,29 +415,60 @@ impl Volume {
     }
 
     /// `FALLOC_FL_ZERO_RANGE`: the range reads as zeros and its blocks
-    /// are allocated (unwritten, as ext4 leaves them), the size growing
-    /// past it unless `mode` keeps it. What the range held inside the file
-    /// is punched out first, then the range allocated.
-    pub fn zero_range(&self, f: FileId, offset: u64, len: u64, mode: mballoc_fs::FallocateMode) -> Result<()> {
+    /// are allocated, the size growing past it unless `mode` keeps it. As
+    /// ext4 does it, no block moves: the file's dirty data is written back,
+    /// the range's holes are allocated unwritten (NoSpace here changes
+    /// nothing), then its written blocks become unwritten in place and the
+    /// partial blocks at its edges are zeroed, neither of which can fail
+    /// once the edges' folios are read. All or nothing.
+    pub(crate) fn zero(&self, f: FileId, offset: u64, len: u64, mode: mballoc_fs::FallocateMode) -> Result<()> {
         self.writable()?;
-        let inside = len.min(self.fs.size(f)?.saturating_sub(offset));
-        if inside > 0 {
-            self.punch_hole(f, offset, inside)?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| VolError::InvalidArgument(format!("a range of {len} bytes at {offset} passes 2^64")))?;
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        let bs = self.block_size();
+        // What the range holds in the cache reaches its blocks first, so
+        // the conversion covers it (writing back changes nothing a reader
+        // sees).
+        self.writeback_locked(f, &mut fc)?;
+        let size = self.fs.size(f)?;
+        let new_size = if mode == mballoc_fs::FallocateMode::ExtendSize { size.max(end) } else { size };
+        self.prepare_edges(f, &mut fc, offset, end.min(size), size)?;
+        if new_size > size {
+            self.zero_tail_before_growth(f, &mut fc, new_size)?;
         }
-        self.fallocate(f, offset, len, mode)
+        // Allocating splits at most two extents; converting, two more.
+        self.admit_records(f, 4)?;
+        self.engine(self.fs.fallocate(f, offset, len, mode))?;
+        self.engine(self.fs.mark_unwritten(f, offset, len))?;
+        let (first, last) = (offset.div_ceil(bs), end / bs);
+        if first < last {
+            self.forget_blocks(&mut fc, first, last);
+        }
+        let end = end.min(new_size);
+        let head_end = offset.next_multiple_of(bs).min(end);
+        if offset < end && !offset.is_multiple_of(bs) {
+            self.zero_partial(f, &mut fc, offset, head_end)?;
+        }
+        if end % bs != 0 && end > head_end.max(offset) && end / bs >= first {
+            self.zero_partial(f, &mut fc, (end / bs * bs).max(offset), end)?;
+        }
+        Ok(())
     }
 
     /// `FALLOC_FL_COLLAPSE_RANGE`: take the whole blocks
     /// `[offset, offset + len)` out of the file and move what follows
     /// down; the size shrinks by `len`. The file is written back and its
     /// cache dropped first, as ext4 does.
-    pub fn collapse_range(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+    pub(crate) fn collapse(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
         self.shift_range(f, |fs| fs.collapse_range(f, offset, len))
     }
 
     /// `FALLOC_FL_INSERT_RANGE`: move everything from `offset` up by
     /// `len` whole blocks, leaving a hole; the size grows by `len`.
-    pub fn insert_range(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+    pub(crate) fn insert(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
         self.shift_range(f, |fs| fs.insert_range(f, offset, len))
     }
 

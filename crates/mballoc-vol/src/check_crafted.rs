@@ -25,7 +25,7 @@ fn opts() -> FormatOptions {
     }
 }
 
-fn mount(dev: &Arc<MemDevice>) -> crate::Result<Volume> {
+fn mount(dev: &Arc<MemDevice>) -> crate::Result<Arc<Volume>> {
     Volume::open(dev.clone(), MountOptions { folio_size: 4096, commit_interval_ops: 0, ..MountOptions::default() })
 }
 
@@ -55,7 +55,7 @@ fn fsync_each_then_crash(dev: &Arc<MemDevice>, files: u8) -> Vec<FileId> {
         vol.fsync(f).unwrap();
         ids.push(f);
     }
-    drop(vol);
+    vol.abandon();
     ids
 }
 
@@ -101,14 +101,14 @@ fn repair_refused(dev: &Arc<MemDevice>) -> Vec<String> {
 
 /// A repair that must succeed in one pass: afterwards the volume
 /// mounts and checks clean.
-fn repaired(dev: &Arc<MemDevice>) -> Volume {
+fn repaired(dev: &Arc<MemDevice>) -> Arc<Volume> {
     let r = check(&**dev, Repair::Yes).unwrap();
     assert!(r.repaired && r.refused.is_empty(), "{r:?}");
     converged(dev)
 }
 
 /// After a repair: clean, nothing pending, and it mounts.
-fn converged(dev: &Arc<MemDevice>) -> Volume {
+fn converged(dev: &Arc<MemDevice>) -> Arc<Volume> {
     let again = check(&**dev, Repair::No).unwrap();
     assert!(again.is_clean() && again.pending_transactions == 0, "{again:?}");
     mount(dev).unwrap()
@@ -306,7 +306,7 @@ fn steal(dev: &Arc<MemDevice>, k: usize, thief: FileId, victim: FileId) {
     let vol =
         Volume::open(dev.clone(), MountOptions { access: crate::Access::ReadOnly, ..MountOptions::default() }).unwrap();
     let e = vol.extents(victim).unwrap()[0];
-    drop(vol);
+    vol.abandon();
     let map =
         Change::Map { ino: thief.0, logical: 0, physical: e.physical, len: 2, state: mballoc_fs::ExtentState::Written };
     reframe(dev, k, &encoded(&[map, Change::Size { ino: thief.0, size: 2048 }]), 0);

@@ -32,7 +32,7 @@ impl Volume {
     /// Unbuffered write (`O_DIRECT`): block-aligned; holes are allocated
     /// unwritten, the data written, then the blocks recorded written and
     /// the size grown.
-    pub fn write_direct(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn write_uncached(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
         self.writable()?;
         let len = data.len() as u64;
         self.check_aligned(offset, len)?;

@@ -1,5 +1,7 @@
 //! Durability: what makes a file's data and the volume's names durable
-//! (fsync, sync), unmounting cleanly, and the one way a volume stops
+//! (fsync, sync, the commit interval), unmounting cleanly (and what
+//! dropping an unmounted volume does), abandoning a volume as a crash
+//! would, and the one way a volume stops
 //! taking changes when something is wrong (a failed commit, a bug met by
 //! a caller, a shutdown) — as ext4 does on `errors=remount-ro`: later
 //! changes fail, reads go on, what was committed stays, and the state is
@@ -10,6 +12,9 @@ use crate::format::VolumeState;
 use crate::volume::Volume;
 use mballoc_fs::FileId;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub(crate) use crate::commit_timer::CommitTimer;
 
 impl Volume {
     /// Make the file's data and metadata durable: write back its dirty
@@ -50,15 +55,47 @@ impl Volume {
         Ok(())
     }
 
-    /// Sync, checkpoint and mark the volume clean.
-    pub fn unmount(self) -> Result<()> {
-        if !self.opts.access.writes() {
+    /// Sync, checkpoint and mark the volume clean. Handles that outlive
+    /// this (open files) can change nothing more ([`VolError::Unmounted`]);
+    /// the device is let go when the last of them is dropped.
+    pub fn unmount(self: Arc<Self>) -> Result<()> {
+        self.close_clean()
+    }
+
+    /// Leave the volume as a power cut would: nothing more is written, not
+    /// even what is cached, and the next mount replays the journal. What
+    /// tests of crashes (and programs that must not wait) call instead of
+    /// [`Volume::unmount`].
+    pub fn abandon(self: Arc<Self>) {
+        self.closed.store(true, Ordering::Release);
+        self.stop_timer();
+    }
+
+    /// The commit interval's thread stops (and is waited for, unless it is
+    /// the caller: the last handle can be dropped on it).
+    fn stop_timer(&self) {
+        if let Some(t) = self.timer.lock().take() {
+            t.stop();
+        }
+    }
+
+    fn close_clean(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.sync()?;
-        self.fs.discard_preallocations();
-        let mut home = self.log.home.lock();
-        self.log.checkpoint(&mut home, VolumeState::Clean)
+        self.stop_timer();
+        if !self.opts.access.writes() {
+            self.closed.store(true, Ordering::Release);
+            return Ok(());
+        }
+        let done = (|| {
+            self.sync()?;
+            self.fs.discard_preallocations();
+            let mut home = self.log.home.lock();
+            self.log.checkpoint(&mut home, VolumeState::Clean)
+        })();
+        self.closed.store(true, Ordering::Release);
+        done
     }
 
     /// Stop taking changes (see [`Halt`]): every later change fails
@@ -87,58 +124,19 @@ impl Volume {
     pub fn is_halted(&self) -> bool {
         self.log.aborted.load(Ordering::Acquire) && self.opts.access.writes()
     }
-
-    /// The volume's label.
-    pub fn label(&self) -> Vec<u8> {
-        self.log.home.lock().sb.label.clone()
-    }
-
-    /// Set the volume's label (at most [`crate::LABEL_MAX`] bytes, no NUL);
-    /// durable when this returns.
-    pub fn set_label(&self, label: &[u8]) -> Result<()> {
-        self.writable()?;
-        if label.len() > crate::format::LABEL_MAX || label.contains(&0) {
-            return Err(VolError::InvalidArgument(format!(
-                "a label is at most {} bytes without NUL ({} given)",
-                crate::format::LABEL_MAX,
-                label.len()
-            )));
-        }
-        let mut home = self.log.home.lock();
-        let old = std::mem::replace(&mut home.sb.label, label.to_vec());
-        home.write_superblock(&*self.dev).inspect_err(|_| home.sb.label = old)
-    }
 }
 
-impl Volume {
-    /// `FITRIM`: tell the device that the free runs of at least `min_len`
-    /// bytes inside `len` bytes at `start` hold nothing (a volume file
-    /// gives the space back to its file system). Returns the bytes
-    /// trimmed. A device that cannot discard gives `Io` with EOPNOTSUPP.
-    pub fn trim(&self, start: u64, len: u64, min_len: u64) -> Result<u64> {
-        self.writable()?;
-        let bs = self.block_size();
-        let sb = &self.sb;
-        // ext4's limits: a range of at least a block, starting inside the
-        // volume; runs no longer than a group.
-        if len < bs || start >= sb.total_blocks * bs || min_len > u64::from(sb.blocks_per_group) * bs {
-            return Err(VolError::InvalidArgument(format!(
-                "trim {len} bytes from byte {start} (the volume has {}, blocks of {bs}), runs of at least \
-                 {min_len} bytes",
-                sb.total_blocks * bs
-            )));
+/// Dropping the last handle of a volume that was neither unmounted nor
+/// abandoned unmounts it: what was written is kept, as a program that ends
+/// without `unmount` expects. A failure is told on stderr (nothing else
+/// can hear it) and leaves the volume as a crash would.
+impl Drop for Volume {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Acquire) && self.opts.access.writes() && !self.is_halted() {
+            if let Err(e) = self.close_clean() {
+                eprintln!("mballoc: a volume dropped without unmount could not be closed cleanly ({e}); the next mount replays its journal");
+            }
         }
-        let first = start.div_ceil(bs).max(sb.data_start);
-        let end = (start.saturating_add(len) / bs).min(sb.total_blocks);
-        let blocks = self
-            .fs
-            .trim(first, end, min_len.div_ceil(bs), |s, n| match self.dev.discard(s * bs, n * bs) {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
-                Err(e) => Err(e),
-            })
-            .map_err(|e| VolError::io("discarding free space", e))?;
-        Ok(blocks * bs)
     }
 }
 

@@ -173,6 +173,11 @@ pub enum VolError {
     #[error("volume is read-only")]
     ReadOnly,
 
+    /// The volume was unmounted (or abandoned): a handle that outlived it
+    /// can change nothing.
+    #[error("the volume was unmounted")]
+    Unmounted,
+
     /// An argument the operation cannot take (alignment for unbuffered
     /// I/O, a folio size out of range).
     #[error("invalid argument: {0}")]
@@ -209,6 +214,7 @@ impl VolError {
             VolError::NoAttribute { .. } => libc::ENODATA,
             VolError::NotPermitted { .. } => libc::EPERM,
             VolError::ReadOnly => libc::EROFS,
+            VolError::Unmounted => libc::EBADF,
             VolError::Busy { .. } | VolError::InUse { .. } => libc::EBUSY,
             VolError::NoInodes(_) | VolError::MetadataFull { .. } | VolError::NoRoom { .. } => libc::ENOSPC,
             VolError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -53,9 +53,14 @@ pub struct MountOptions {
     pub cache_bytes: u64,
     /// Dirty bytes before a writer writes back.
     pub dirty_bytes: u64,
-    /// Engine operations between journal commits (the commit timer); 0
-    /// commits only on fsync, sync and unmount.
+    /// Engine operations between journal commits; 0 commits only on
+    /// fsync, sync, unmount and the commit interval.
     pub commit_interval_ops: u64,
+    /// The longest time written data and changed names stay volatile
+    /// without an fsync: a thread syncs the volume every half interval
+    /// (ext4's `commit=`, 5 s by default). Zero: only fsync, sync and
+    /// unmount make changes durable.
+    pub commit: std::time::Duration,
 }
 
 impl Default for MountOptions {
@@ -66,6 +71,7 @@ impl Default for MountOptions {
             cache_bytes: 512 << 20,
             dirty_bytes: 128 << 20,
             commit_interval_ops: 1000,
+            commit: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -101,7 +107,7 @@ pub struct VolumeStats {
 /// let f = vol.create()?;
 /// vol.write(f, 0, b"hello, extents")?;
 /// vol.fsync(f)?; // durable: data first, then the journal
-/// drop(vol);     // a crash: no unmount
+/// vol.abandon();  // a crash: nothing more written, no unmount
 ///
 /// let vol = Volume::open(dev, MountOptions::default())?; // replays the journal
 /// let mut buf = [0u8; 14];
@@ -126,6 +132,11 @@ pub struct Volume {
     pub(crate) tree: RwLock<crate::names::Tree>,
     /// The next inode generation (file handles tell reused numbers apart).
     pub(crate) generation: std::sync::atomic::AtomicU32,
+    /// Unmounted or abandoned: no more changes, and nothing left for
+    /// dropping to do.
+    pub(crate) closed: AtomicBool,
+    /// The commit interval's thread, if one runs.
+    pub(crate) timer: Mutex<Option<crate::durability::CommitTimer>>,
     /// This volume's hold on its device, given back when it is dropped.
     _claim: Claim,
 }
@@ -243,17 +254,22 @@ impl Volume {
     /// Mount: check the superblock and every structure, replay the journal
     /// and, read-write, write the replayed state home. A volume that fails
     /// a check is not written to.
-    pub fn open(dev: Arc<dyn Device>, opts: MountOptions) -> Result<Volume> {
+    pub fn open(dev: Arc<dyn Device>, opts: MountOptions) -> Result<Arc<Volume>> {
         Self::open_with(dev, opts, |_| {})
     }
 
-    /// [`Volume::open`] with the engine's allocation policy chosen by
-    /// `policy`: tunables, normalization, locality groups, stream goals,
-    /// concurrency and stream placement. Policy is a mount-time choice,
-    /// like ext4's mount options and sysfs knobs: nothing of it is
-    /// persisted, and what it may not change (the geometry, the dirty and
-    /// commit limits the volume runs the engine with) is kept.
-    pub fn open_with(dev: Arc<dyn Device>, opts: MountOptions, policy: impl FnOnce(&mut FsConfig)) -> Result<Volume> {
+    /// [`Volume::open`] with the engine's profile chosen by `policy`: its
+    /// [`mballoc_fs::Placement`] and [`mballoc_fs::Behaviour`] are taken
+    /// whole (`*cfg = FsConfig::kernel(cfg.shape.geometry)` is ext4's, every
+    /// decision). A profile is a mount-time choice, like ext4's mount
+    /// options and sysfs knobs: nothing of it is persisted. The shape is
+    /// the volume's, and so is storage (the volume writes back, commits,
+    /// keeps extent trees and frees blocks itself).
+    pub fn open_with(
+        dev: Arc<dyn Device>,
+        opts: MountOptions,
+        policy: impl FnOnce(&mut FsConfig),
+    ) -> Result<Arc<Volume>> {
         let claim = Claim::take(&dev, opts.access)?;
         let bs_ok = opts.folio_size.is_power_of_two() && opts.folio_size <= 2 << 20;
         let (sb, scan) = read_home(&*dev, opts.access)?;
@@ -267,16 +283,21 @@ impl Volume {
         let geo = sb.geometry();
         let mut chosen = FsConfig::new(geo);
         policy(&mut chosen);
-        let mut cfg = FsConfig::new(geo);
-        cfg.tunables = chosen.tunables;
-        cfg.normalization = chosen.normalization;
-        cfg.locality_groups = chosen.locality_groups;
-        cfg.stream_goals = chosen.stream_goals;
-        cfg.concurrency = chosen.concurrency;
-        cfg.stream_placement = chosen.stream_placement;
-        cfg.policy = chosen.policy;
-        cfg.dirty_limit_blocks = u64::MAX;
-        cfg.commit_interval_ops = opts.commit_interval_ops;
+        // The profile's placement and behaviour, whole; the shape is the
+        // volume's, and so is storage: the volume writes back and commits
+        // itself, keeps extent trees in its tree area, and frees blocks
+        // only once a commit is durable.
+        let cfg = FsConfig {
+            placement: chosen.placement,
+            behaviour: chosen.behaviour,
+            storage: mballoc_fs::Storage {
+                dirty_limit_blocks: u64::MAX,
+                commit_interval_ops: opts.commit_interval_ops,
+                extent_tree: mballoc_fs::ExtentTreeBlocks::Outside,
+                free_reuse: mballoc_fs::FreeReuse::AtCommit,
+            },
+            shape: FsConfig::new(geo).shape,
+        };
         // The root is the volume's, not the engine's: it holds no data.
         let files: Vec<ImportedFile> = home
             .state
@@ -332,9 +353,18 @@ impl Volume {
             replayed: replayed as u64,
             tree: RwLock::new(tree),
             generation: std::sync::atomic::AtomicU32::new(now_seed()),
+            closed: AtomicBool::new(false),
+            timer: Mutex::new(None),
             _claim: claim,
         })
         .and_then(|v| v.remove_nameless(&nameless).map(|()| v))
+        .map(|v| {
+            let v = Arc::new(v);
+            if v.opts.access.writes() {
+                *v.timer.lock() = crate::durability::CommitTimer::start(&v);
+            }
+            v
+        })
     }
 
     /// Unlink inodes no name reaches (read-write mounts only; read-only
@@ -398,6 +428,9 @@ impl Volume {
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(VolError::Unmounted);
+        }
         if self.log.aborted.load(Ordering::Acquire) {
             Err(self.log.failure())
         } else {
@@ -511,7 +544,7 @@ impl Volume {
     }
 
     /// Allocate unwritten blocks for the range's holes.
-    pub fn fallocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
+    pub(crate) fn allocate(&self, f: FileId, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();

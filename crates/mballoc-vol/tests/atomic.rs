@@ -31,8 +31,8 @@ fn mount_opts(cache: Cache) -> MountOptions {
     MountOptions { folio_size: 4096, commit_interval_ops: 0, cache_bytes, dirty_bytes, ..MountOptions::default() }
 }
 
-/// Root holds `a` (10,000 bytes), `b` (3,000), `d/` with `c` (5,000)
-/// and a symbolic link `s`; `a` has an extended attribute.
+/// Root holds `a` (10,000 bytes), `b` (3,000), `e` (17,636), `d/` with
+/// `c` (5,000) and a symbolic link `s`; `a` has an extended attribute.
 fn image() -> Vec<u8> {
     let dev = Arc::new(MemDevice::new(8 << 20));
     let opts = FormatOptions { block_size: BS as u32, blocks_per_group: Some(2048), ..FormatOptions::default() };
@@ -48,6 +48,7 @@ fn image() -> Vec<u8> {
     };
     let a = fill(b"a", root, 10_000, 1);
     fill(b"b", root, 3_000, 2);
+    fill(b"e", root, 17_636, 4);
     let d = vol.mkdir(root, b"d", Owner::default()).unwrap();
     fill(b"c", d, 5_000, 3);
     vol.symlink(root, b"s", b"a", Owner::default()).unwrap();
@@ -91,9 +92,9 @@ fn snapshot(vol: &Volume) -> Snapshot {
 
 /// Mounted, with every regular file open as a caller would have it (and,
 /// with a tight cache, `d/c` partly rewritten and not yet written back).
-fn mount(dev: Arc<FaultyDevice<MemDevice>>, cache: Cache) -> Volume {
+fn mount(dev: Arc<FaultyDevice<MemDevice>>, cache: Cache) -> Arc<Volume> {
     let vol = Volume::open(dev, mount_opts(cache)).unwrap();
-    for path in [&[&b"a"[..]][..], &[b"b"], &[b"d", b"c"]] {
+    for path in [&[&b"a"[..]][..], &[b"b"], &[b"e"], &[b"d", b"c"]] {
         vol.open_file(ino(&vol, path)).unwrap();
     }
     if cache == Cache::Tight {
@@ -117,6 +118,12 @@ fn calls() -> Vec<(&'static str, Call)> {
         ("punch with partial edges", |v| v.punch_hole(ino(v, &[b"a"]), 700, 5000)),
         ("punch past the end", |v| v.punch_hole(ino(v, &[b"b"]), 1700, 90_000)),
         ("punch past the end, another folio", |v| v.punch_hole(ino(v, &[b"a"]), 1700, 90_000)),
+        ("punch the middle of an unaligned file", |v| v.punch_hole(ino(v, &[b"e"]), 4000, 9214)),
+        ("punch an unaligned file past its end", |v| v.punch_hole(ino(v, &[b"e"]), 8422, 20_000)),
+        ("punch an unaligned file into its last block's slack", |v| v.punch_hole(ino(v, &[b"e"]), 8422, 9578)),
+        ("zero a range inside", |v| v.zero_range(ino(v, &[b"e"]), 1000, 9000, FallocateMode::KeepSize)),
+        ("zero a range past the end", |v| v.zero_range(ino(v, &[b"e"]), 12_000, 20_000, FallocateMode::ExtendSize)),
+        ("zero a range in a hole", |v| v.zero_range(ino(v, &[b"b"]), 100_000, 8192, FallocateMode::KeepSize)),
         ("fallocate inside", |v| v.fallocate(ino(v, &[b"a"]), 0, 200_000, FallocateMode::KeepSize)),
         ("fallocate extending", |v| v.fallocate(ino(v, &[b"b"]), 5000, 20_000, FallocateMode::ExtendSize)),
         ("collapse range", |v| v.collapse_range(ino(v, &[b"a"]), 2048, 4096)),
@@ -167,6 +174,11 @@ fn every_mutating_call_is_all_or_nothing_on_a_device_error() {
                         assert!(matches!(e, mballoc_vol::VolError::Io { .. }), "{what}: {e}");
                         faults += 1;
                         let now = snapshot(&vol);
+                        for (k, v) in &now {
+                            if before.get(k) != Some(v) {
+                                eprintln!("{what}: {k:?}\n  was {:?}\n  now {v}", before.get(k));
+                            }
+                        }
                         assert_eq!(now, before, "{what}: the failed call changed the volume ({e})");
                     }
                     Ok(()) => assert_eq!(snapshot(&vol), after, "{what}: succeeded but did something else"),

@@ -45,7 +45,7 @@ fn image(clean: bool) -> (Vec<u8>, u64) {
         let c = vol.create().unwrap();
         vol.write(c, 0, &[1; 5000]).unwrap();
         vol.fsync(c).unwrap();
-        drop(vol);
+        vol.abandon();
     }
     (dev.to_bytes(), sb.data_start * 1024)
 }
@@ -63,7 +63,7 @@ fn mount_checks_clean(bytes: Vec<u8>, what: &str) {
                 Ok(r) if r.repaired => {
                     let vol = Volume::open(dev.clone(), MountOptions::default())
                         .unwrap_or_else(|e| panic!("{what}: mount after repair: {e}"));
-                    drop(vol);
+                    vol.abandon();
                     let r = check(&*dev, Repair::No).unwrap();
                     assert!(r.is_clean(), "{what}: after repair: {:?}", r.problems);
                 }
@@ -80,7 +80,7 @@ fn mount_checks_clean(bytes: Vec<u8>, what: &str) {
                 vol.read(f, 0, &mut buf).unwrap_or_else(|e| panic!("{what}: read after mount: {e}"));
             }
             vol.fs().check().unwrap_or_else(|e| panic!("{what}: engine check: {e}"));
-            drop(vol);
+            vol.abandon();
             let r = check(&*dev, Repair::No).unwrap();
             assert!(r.is_clean(), "{what}: mounted, then check found {:?}", r.problems);
         }

@@ -265,7 +265,7 @@ fn preallocations_are_never_persisted() {
     let prealloc = vol.fs().preallocated_blocks();
     assert!(prealloc > 0, "writeback of a small file should leave a locality-group preallocation");
     let free_live = vol.fs().allocator().free_blocks();
-    drop(vol); // crash
+    vol.abandon(); // crash
     let vol = Volume::open(dev.clone(), mount_opts(4096)).unwrap();
     assert_eq!(vol.fs().allocator().free_blocks(), free_live + prealloc, "preallocated blocks come back free");
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
@@ -299,22 +299,22 @@ fn a_mount_policy_applies_and_leaves_the_geometry_alone() {
     let dev = Arc::new(MemDevice::new(64 << 20));
     Volume::format(dev.clone(), &format_opts()).unwrap();
     let vol = Volume::open_with(dev.clone(), mount_opts(4096), |cfg| {
-        cfg.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off;
-        cfg.dirty_limit_blocks = 1;
-        cfg.geometry = mballoc::Geometry::new(4096, 1 << 30).unwrap();
+        cfg.placement.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off;
+        cfg.storage.dirty_limit_blocks = 1;
+        cfg.shape.geometry = mballoc::Geometry::new(4096, 1 << 30).unwrap();
     })
     .unwrap();
     let cfg = vol.fs().config();
-    assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
-    assert_eq!(cfg.dirty_limit_blocks, u64::MAX, "the volume keeps its own dirty limit");
-    assert_eq!(cfg.geometry.total_blocks(), vol.fs().allocator().geometry().total_blocks());
+    assert_eq!(cfg.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
+    assert_eq!(cfg.storage.dirty_limit_blocks, u64::MAX, "the volume keeps its own dirty limit");
+    assert_eq!(cfg.shape.geometry.total_blocks(), vol.fs().allocator().geometry().total_blocks());
     let f = vol.create().unwrap();
     vol.write(f, 0, &[7u8; 8192]).unwrap();
     vol.fsync(f).unwrap();
-    drop(vol);
+    vol.abandon();
     // Nothing of the policy was persisted: a plain mount has the default.
     let vol = Volume::open(dev, mount_opts(4096)).unwrap();
-    assert_eq!(vol.fs().config().tunables.mb_optimize_scan, mballoc::Tunables::default().mb_optimize_scan);
+    assert_eq!(vol.fs().config().placement.tunables.mb_optimize_scan, mballoc::Tunables::default().mb_optimize_scan);
     let mut buf = [0u8; 8192];
     assert_eq!(vol.read(f, 0, &mut buf).unwrap(), 8192);
     assert!(buf.iter().all(|&b| b == 7));
@@ -333,7 +333,7 @@ fn long_runs_are_written_in_bounded_pieces_and_read_back() {
         let s = vol.stats();
         assert_eq!(s.data_bytes, data.len() as u64, "folio {folio}");
         assert!(s.data_writes >= data.len().div_ceil(2 << 20) as u64, "folio {folio}: {s:?}");
-        drop(vol);
+        vol.abandon();
         let vol = Volume::open(dev, mount_opts(folio)).unwrap();
         let mut back = vec![0u8; data.len()];
         assert_eq!(vol.read(f, 4096, &mut back).unwrap(), data.len());

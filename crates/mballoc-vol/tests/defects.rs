@@ -37,7 +37,7 @@ fn truncated_tail_stays_zero(grow: impl Fn(&Volume, FileId)) {
     vol.truncate(a, 5000).unwrap();
     vol.write(b, 0, b"other").unwrap();
     vol.fsync(b).unwrap();
-    drop(vol);
+    vol.abandon();
     for round in 0..2 {
         let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
         if round == 0 {
@@ -99,7 +99,7 @@ fn an_unlinked_file_is_whole_or_gone_at_every_crash_point() {
         }
         vol.unlink(a).unwrap();
         vol.fsync(b).unwrap();
-        drop(vol);
+        vol.abandon();
         let mut image = dev.base().to_vec();
         dev.apply(&mut image, 0, from);
         for point in from..=dev.events() {
@@ -153,13 +153,13 @@ fn running_out_of_tree_space_is_refused_at_the_write() {
     vol.fsync(f).unwrap();
     vol.unlink(other).unwrap();
     vol.fsync(f).unwrap();
-    drop(vol);
+    vol.abandon();
     let vol = Volume::open(dev.clone(), mount_opts()).expect("every fsync succeeded, so it mounts");
     let data = read_all(&vol, f);
     for i in 0..written {
         assert_eq!(data[(i * 2048) as usize], b'x', "write {i}");
     }
-    drop(vol);
+    vol.abandon();
     let r = check(&*dev, Repair::Yes).unwrap();
     assert!(r.is_clean() && r.refused.is_empty(), "{:?} {:?}", r.problems, r.refused);
     Volume::open(dev.clone(), mount_opts()).unwrap().unmount().unwrap();
@@ -172,7 +172,7 @@ fn check_of_a_volume_awaiting_replay_is_clean() {
     let f = vol.create().unwrap();
     vol.write(f, 0, b"synced").unwrap();
     vol.fsync(f).unwrap();
-    drop(vol);
+    vol.abandon();
     let r = check(&*dev, Repair::No).unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
     assert!(r.pending_transactions > 0);

@@ -4,7 +4,7 @@ use mballoc_vol::{FallocateMode, FormatOptions, MemDevice, MountOptions, OpenOpt
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
-fn volume() -> Volume {
+fn volume() -> Arc<Volume> {
     let dev = Arc::new(MemDevice::new(64 << 20));
     Volume::format(dev.clone(), &FormatOptions::default()).unwrap();
     Volume::open(dev, MountOptions::default()).unwrap()
@@ -124,7 +124,8 @@ fn the_shared_scenario() {
     let path = dir.join("vol");
     mballoc_vol::mkfs(&path, Some(256 << 20), &FormatOptions::default(), mballoc_vol::Overwrite::Refuse).unwrap();
     let dev = mballoc_vol::FileDevice::open(&path, mballoc_vol::OpenMode::ReadWrite).unwrap();
-    let vol = Volume::open_with(Arc::new(dev), MountOptions::default(), |c| c.tunables.mb_stats = true).unwrap();
+    let vol =
+        Volume::open_with(Arc::new(dev), MountOptions::default(), |c| c.placement.tunables.mb_stats = true).unwrap();
     vol.mkdir_path("/data").unwrap();
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
     let mut f = vol.file("/data/blob", &rw()).unwrap();
@@ -159,7 +160,7 @@ fn groups_of_any_length() {
         .map(|e| e.physical / 1000)
         .collect();
     assert!(groups.len() >= 4, "files spread over the groups: {groups:?}");
-    drop(vol); // a crash
+    vol.abandon(); // a crash
     let vol = Volume::open(dev.clone(), MountOptions::default()).unwrap();
     for i in 0..6u8 {
         let f = vol.file(&format!("/f{i}"), OpenOptions::new().read(true)).unwrap();

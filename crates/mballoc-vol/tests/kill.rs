@@ -8,6 +8,10 @@
 //! F V` after an fsync of F holding version V returned. A file whose last
 //! line is `synced` must read back as that version exactly.
 //!
+//! And the commit interval, through the library alone: a child writes a
+//! file, never fsyncs it, and is killed after the interval; the file is
+//! there, as ext4's `commit=` promises.
+//!
 //! Size knobs: `MBALLOC_KILLS` (kills, default 20), `MBALLOC_KILL_SEED`
 //! (the first seed).
 
@@ -49,7 +53,7 @@ impl Account {
 /// The child: run until killed.
 fn child(volume: &Path, account: &Path, seed: u64) {
     let dev = Arc::new(FileDevice::open(volume, OpenMode::ReadWrite).unwrap());
-    let vol = Arc::new(Volume::open(dev, mount_opts()).unwrap());
+    let vol = Volume::open(dev, mount_opts()).unwrap();
     let log =
         Arc::new(Account(Mutex::new(std::fs::OpenOptions::new().append(true).create(true).open(account).unwrap())));
     let mut handles = Vec::new();
@@ -184,4 +188,55 @@ fn sigkill_at_random_moments_loses_nothing_fsynced() {
     }
     eprintln!("{kills} kills, {verified} fsync'ed files verified");
     assert!(verified > 0, "no fsync completed before any kill");
+}
+
+/// The interval's child: write a file and a directory, never sync, say so,
+/// then wait to be killed.
+#[test]
+fn interval_child() {
+    let Ok(volume) = std::env::var("MBALLOC_INTERVAL_VOLUME") else { return };
+    let account = std::env::var("MBALLOC_INTERVAL_ACCOUNT").unwrap();
+    let dev = Arc::new(FileDevice::open(Path::new(&volume), OpenMode::ReadWrite).unwrap());
+    let opts = MountOptions { commit: Duration::from_secs(1), commit_interval_ops: 0, ..MountOptions::default() };
+    let vol = Volume::open(dev, opts).unwrap();
+    vol.mkdir_path("/kept").unwrap();
+    let mut f = vol.file("/kept/data", mballoc_vol::OpenOptions::new().write(true).create(true)).unwrap();
+    f.write_all(&version(1, 1)).unwrap();
+    drop(f);
+    let log = Account(Mutex::new(std::fs::File::create(account).unwrap()));
+    log.say("written".into());
+    std::thread::sleep(Duration::from_secs(3600));
+}
+
+/// Written without an fsync more than the commit interval before a kill
+/// -9: durable, through the library alone.
+#[test]
+fn the_commit_interval_makes_unsynced_writes_durable() {
+    let dir = mballoc_testkit::Scratch::new("interval");
+    let volume: PathBuf = dir.join("vol");
+    let account: PathBuf = dir.join("account");
+    mballoc_vol::mkfs(&volume, Some(64 << 20), &FormatOptions::default(), Overwrite::Refuse).unwrap();
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["interval_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MBALLOC_INTERVAL_VOLUME", &volume)
+        .env("MBALLOC_INTERVAL_ACCOUNT", &account)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&account).is_ok_and(|a| a.contains("written")) {
+        assert!(c.try_wait().unwrap().is_none(), "the child ended by itself");
+        assert!(t0.elapsed() < Duration::from_secs(30), "the child never wrote");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // One interval and a half: the sync that starts within half an
+    // interval of the write has had another half to finish.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = c.kill(); // SIGKILL
+    c.wait().unwrap();
+    let dev = Arc::new(FileDevice::open(&volume, OpenMode::ReadWrite).unwrap());
+    let vol = common::mount_checked(dev, mount_opts()).unwrap();
+    let f = vol.resolve("/kept/data").expect("the directory and the file are there");
+    common::reads_back(&vol, f, &version(1, 1)).unwrap();
 }

@@ -22,16 +22,16 @@ fn fresh() -> Arc<MemDevice> {
     dev
 }
 
-fn mount(dev: &Arc<MemDevice>) -> Volume {
+fn mount(dev: &Arc<MemDevice>) -> Arc<Volume> {
     Volume::open(dev.clone(), MountOptions { folio_size: 4096, commit_interval_ops: 0, ..MountOptions::default() })
         .unwrap()
 }
 
 /// Mount what a crash now would leave: the device as it is, no unmount;
 /// the mount and its device.
-fn crash(vol: Volume, dev: &Arc<MemDevice>) -> (Volume, Arc<MemDevice>) {
+fn crash(vol: Arc<Volume>, dev: &Arc<MemDevice>) -> (Arc<Volume>, Arc<MemDevice>) {
     let image = dev.to_bytes();
-    drop(vol);
+    vol.abandon();
     let dev2 = Arc::new(MemDevice::from_bytes(image));
     let v = mount(&dev2);
     assert!(check(&*dev2, Repair::No).unwrap().is_clean());
@@ -215,6 +215,27 @@ fn flags_forbid_what_ext4_forbids() {
     assert!(matches!(vol.link(f, d, b"h"), Err(VolError::NotPermitted { .. })));
     assert!(vol.set_xattr(f, b"user.a", b"", XattrSet::Any).is_err());
     assert!(vol.set_flags(f, 0x4000_0000).is_err());
+    // The contents too, through every call and the std::io handle.
+    vol.open_file(f).unwrap();
+    let refused = |r: mballoc_vol::Result<()>| matches!(r, Err(VolError::NotPermitted { .. }));
+    assert!(refused(vol.write(f, 0, b"x")), "write");
+    assert!(refused(vol.truncate(f, 10)), "truncate");
+    assert!(refused(vol.fallocate(f, 0, 4096, mballoc_vol::FallocateMode::KeepSize)), "fallocate");
+    assert!(refused(vol.punch_hole(f, 0, 4096)), "punch");
+    assert!(refused(vol.zero_range(f, 0, 4096, mballoc_vol::FallocateMode::KeepSize)), "zero range");
+    let mut h = vol.file("/d/f", mballoc_vol::OpenOptions::new().write(true)).unwrap();
+    assert!(std::io::Write::write_all(&mut h, b"y").is_err(), "std::io write");
+    drop(h);
+    assert_eq!(vol.size(f).unwrap(), 0, "nothing changed");
+    // Append-only: writes at the end and fallocate, nothing else.
+    vol.set_flags(f, FL_APPEND).unwrap();
+    vol.write(f, 0, b"abc").unwrap();
+    vol.write(f, 3, b"def").unwrap();
+    assert!(refused(vol.write(f, 1, b"x")), "a write before the end");
+    assert!(refused(vol.truncate(f, 1)), "truncate, append-only");
+    assert!(refused(vol.punch_hole(f, 0, 1)), "punch, append-only");
+    vol.fallocate(f, 6, 4096, mballoc_vol::FallocateMode::KeepSize).unwrap();
+    vol.close(f).unwrap();
     vol.set_flags(f, 0).unwrap();
     vol.set_flags(d, FL_APPEND).unwrap();
     let g = vol.create_at(d, b"g", Owner::default()).unwrap();

@@ -1,8 +1,11 @@
 //! Exclusive opens and careful mkfs: a volume is never opened read-write
 //! twice, and mkfs never destroys what it was not told to.
 
+use mballoc_fs::FsConfig;
 use mballoc_testkit::Scratch;
-use mballoc_vol::{mkfs, probe, FileDevice, FormatOptions, MountOptions, OpenMode, Overwrite, VolError, Volume};
+use mballoc_vol::{
+    mkfs, probe, FileDevice, FormatOptions, MemDevice, MountOptions, OpenMode, Overwrite, VolError, Volume,
+};
 use std::sync::Arc;
 
 fn small() -> FormatOptions {
@@ -165,4 +168,25 @@ fn every_open_refuses_what_holds_no_volume_and_a_second_writer_on_one_handle() {
     assert!(matches!(Volume::open(dev.clone(), MountOptions::default()), Err(VolError::Busy { .. })));
     drop((r1, r2));
     Volume::open(dev, MountOptions::default()).unwrap();
+}
+
+/// A profile chosen at mount is in force whole: every placement and
+/// behaviour decision of ext4's kernel profile, with the volume's own
+/// shape and storage.
+#[test]
+fn a_kernel_profile_is_in_force_whole() {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    Volume::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let vol = Volume::open_with(dev, MountOptions::default(), |c| *c = FsConfig::kernel(c.shape.geometry)).unwrap();
+    let got = vol.fs().config().clone();
+    let geometry = vol.superblock().geometry();
+    let kernel = FsConfig::kernel(geometry);
+    assert_eq!(got.behaviour, kernel.behaviour);
+    // Placement holds a policy object (no equality): compared as printed.
+    assert_eq!(format!("{:?}", got.placement), format!("{:?}", kernel.placement));
+    assert_ne!(format!("{:?}", got.placement), format!("{:?}", FsConfig::new(geometry).placement));
+    assert_eq!(got.shape, FsConfig::new(geometry).shape);
+    assert_eq!(got.storage.extent_tree, mballoc_fs::ExtentTreeBlocks::Outside, "trees live in the tree area");
+    assert_eq!(got.storage.free_reuse, mballoc_fs::FreeReuse::AtCommit);
+    assert_eq!(got.storage.dirty_limit_blocks, u64::MAX, "the volume writes back itself");
 }

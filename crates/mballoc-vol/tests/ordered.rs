@@ -48,7 +48,7 @@ fn another_files_fsync_does_not_make_a_grown_size_durable_without_its_data() {
     let g = vol.create_at(vol.root(), b"synced", Owner::default()).unwrap();
     vol.write(g, 0, &pattern(4096, 9)).unwrap();
     vol.fsync(g).unwrap(); // commits the running transaction
-    drop(vol); // a crash: f's data never left the cache
+    vol.abandon(); // a crash: f's data never left the cache
 
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
     assert_eq!(contents(&vol, b"grown").unwrap(), Vec::<u8>::new(), "the old size, not 64 KiB of zeros");
@@ -59,7 +59,7 @@ fn another_files_fsync_does_not_make_a_grown_size_durable_without_its_data() {
     vol.write(f, 0, &data).unwrap();
     vol.writeback(f).unwrap();
     vol.fsync(g_of(&vol)).unwrap();
-    drop(vol);
+    vol.abandon();
     let vol = Volume::open(dev, mount_opts()).unwrap();
     assert_eq!(contents(&vol, b"grown").unwrap(), data);
 }

@@ -18,7 +18,7 @@ fn opts() -> FormatOptions {
     }
 }
 
-fn mount(dev: &Arc<MemDevice>) -> Volume {
+fn mount(dev: &Arc<MemDevice>) -> Arc<Volume> {
     Volume::open(dev.clone(), MountOptions { folio_size: 4096, commit_interval_ops: 0, ..MountOptions::default() })
         .unwrap()
 }
@@ -142,4 +142,32 @@ fn force_without_need_changes_nothing_it_would_not() {
     let r = check_with(&*dev, Repair::Yes, &[Force::FreeUnowned, Force::DropJournalTail]).unwrap();
     assert!(r.is_clean() && !r.repaired && r.forced.is_empty(), "{r:?}");
     assert!(dev.to_bytes() == before);
+}
+
+/// An empty file whose record is intact and whose attribute blocks are
+/// not goes to lost+found like any file read in part (as FORMAT.md says),
+/// not away as an orphan.
+#[test]
+fn an_empty_file_with_damaged_attributes_goes_to_lost_found() {
+    let dev = Arc::new(MemDevice::new(4 << 20));
+    Volume::format(dev.clone(), &opts()).unwrap();
+    let vol = mount(&dev);
+    let f = vol.create_at(vol.root(), b"empty", Owner::default()).unwrap();
+    // Attributes long enough for an overflow block.
+    vol.set_xattr(f, b"user.long", &[0x5A; 900], mballoc_vol::XattrSet::Any).unwrap();
+    vol.close(f).unwrap();
+    vol.unmount().unwrap();
+    let block = structures(&*dev)
+        .unwrap()
+        .into_iter()
+        .find(|s| s.kind == Kind::Attributes && s.owners == [f.0])
+        .expect("the file has an overflow block");
+    mutate(&*dev, &block, 40, 0x01, Seal::Raw).unwrap();
+    let r = check(&*dev, Repair::Yes).unwrap();
+    assert!(r.repaired, "{r:?}");
+    assert!(r.quarantined.iter().any(|q| q.contains(&format!("inode {}", f.0))), "{r:?}");
+    converged(&dev);
+    let vol = mount(&dev);
+    assert!(lost_found(&vol).iter().any(|&(_, ino)| ino == f.0), "{:?}", lost_found(&vol));
+    assert_eq!(vol.size(f).unwrap(), 0);
 }

@@ -46,8 +46,8 @@ impl Fs {
     ) -> std::result::Result<(), MapStopped> {
         let bpg = self.alloc.geometry().blocks_per_group();
         let size = self.request_size_in_clusters(match state {
-            ExtentState::Written => self.cfg.writeback_request,
-            ExtentState::Unwritten => self.cfg.fallocate_request,
+            ExtentState::Written => self.cfg.placement.writeback_request,
+            ExtentState::Unwritten => self.cfg.placement.fallocate_request,
         });
         let mut l = start;
         // ext4's writeback maps a bounded piece at a time and asks again for
@@ -212,10 +212,10 @@ impl Fs {
         // Placement and the window are ext4's decisions, made in its blocks.
         let t = self.alloc.tunables();
         let ext4_shape = self.ext4_shape(ino, l, len);
-        let place = placement(&self.cfg.normalization, t.mb_stream_req, t.mb_group_prealloc, &ext4_shape);
+        let place = placement(&self.cfg.placement.normalization, t.mb_stream_req, t.mb_group_prealloc, &ext4_shape);
         if normalize == Normalize::No
             && place != Placement::NoPrealloc
-            && self.cfg.stream_placement == StreamPlacement::PerFile
+            && self.cfg.placement.stream_placement == StreamPlacement::PerFile
         {
             return self.allocate_appending(node, ino, l, len, place, pa_bounds.1);
         }
@@ -316,12 +316,15 @@ impl Fs {
             right_pa_start,
         };
         // A whole dirty run in one request needs a window that covers it.
-        let cover =
-            if self.cfg.writeback_request == RequestSize::WholeRun { Cover::Request } else { Cover::WindowOnly };
+        let cover = if self.cfg.placement.writeback_request == RequestSize::WholeRun {
+            Cover::Request
+        } else {
+            Cover::WindowOnly
+        };
         // ext4 normalizes in blocks, and asks for the clusters they cover.
         let w = self.window_in_clusters(window_under(
             self.alloc.policy(),
-            &self.cfg.normalization,
+            &self.cfg.placement.normalization,
             self.ext4_window_geometry(),
             ext4_shape,
             &self.ext4_neighbours(nb),
@@ -425,7 +428,7 @@ impl Fs {
     /// flush converts them after), initialized and merged without it;
     /// fallocate's unwritten and merged at once.
     pub(super) fn tree_mapping(&self, state: ExtentState) -> (ExtentState, Merge) {
-        match (state, self.cfg.dioread) {
+        match (state, self.cfg.behaviour.dioread) {
             (ExtentState::Written, crate::config::DioRead::NoLock) => (ExtentState::Unwritten, Merge::BeforeIo),
             (ExtentState::Written, crate::config::DioRead::Locked { .. }) => (ExtentState::Written, Merge::Yes),
             (ExtentState::Unwritten, _) => (ExtentState::Unwritten, Merge::Yes),

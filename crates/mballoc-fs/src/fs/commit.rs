@@ -59,7 +59,7 @@ impl Fs {
     /// Write back every file and commit. The first failure stops it.
     pub fn sync(&self) -> Result<()> {
         let _op = self.op();
-        let order = match self.cfg.sync_order {
+        let order = match self.cfg.behaviour.sync_order {
             SyncOrder::ByInode => self.files(),
             SyncOrder::Dirtied => {
                 // Oldest dirtied first (a file dirtied again after a
@@ -141,7 +141,7 @@ impl Fs {
 
     /// Background writeback: oldest dirty file first, down to half the limit.
     pub(super) fn background_writeback(&self) {
-        let target = self.cfg.dirty_limit_blocks / 2;
+        let target = self.cfg.storage.dirty_limit_blocks / 2;
         while self.dirty.load(Ordering::Acquire) > target {
             let Some(id) = self.dirty_files.lock().pop_front() else { break };
             let Some(node) = self.files.get(id) else { continue };
@@ -170,7 +170,7 @@ impl Fs {
         let mut next_unwritten = 0;
         // With dioread_nolock a write into unwritten blocks splits them
         // out before the I/O; without it writeback converts them here.
-        let dioread = self.cfg.dioread;
+        let dioread = self.cfg.behaviour.dioread;
         let mut split = |fs: &Fs, ino: &mut Inode, upto: u64| {
             while let Some(&(s, e)) = unwritten.get(next_unwritten).filter(|r| r.0 < upto) {
                 let freed = match dioread {
@@ -264,7 +264,7 @@ impl Fs {
     /// a file no writer has open, as its last close would have had no
     /// delayed data waited for them.
     pub(super) fn delayed_all_allocated(&self, node: &FileNode, ino: &Inode) {
-        if self.cfg.close == CloseBehaviour::Ext4 && ino.open == 0 && ino.delayed.is_empty() {
+        if self.cfg.behaviour.close == CloseBehaviour::Ext4 && ino.open == 0 && ino.delayed.is_empty() {
             self.discard_inode_pas(node);
         }
     }

@@ -59,7 +59,7 @@ impl Fs {
             // Under bigalloc a cluster the engine sees written may hold
             // unwritten blocks: the file is dirty all the same.
             let listed = self.dirty_ext4_unwritten(ino, offset, len) > 0;
-            if let crate::page_cache::PageCache::Folios { largest } = self.cfg.page_cache {
+            if let crate::page_cache::PageCache::Folios { largest } = self.cfg.behaviour.page_cache {
                 ino.folios.write(offset, len, largest);
             }
             if offset + len > ino.size {
@@ -68,7 +68,7 @@ impl Fs {
                 // the file inside a written block moves the on-disk size
                 // now; delayed and unwritten blocks wait for writeback.
                 // Only writeback without dioread_nolock reads it.
-                if self.cfg.dioread != crate::config::DioRead::NoLock {
+                if self.cfg.behaviour.dioread != crate::config::DioRead::NoLock {
                     let last = (offset + len - 1) >> self.block_bits;
                     if ino.map.find(last).is_some_and(|e| e.state == ExtentState::Written) {
                         ino.disk_size = ino.size;
@@ -85,7 +85,7 @@ impl Fs {
             }
             Ok(())
         })?;
-        if self.dirty.load(Ordering::Acquire) > self.cfg.dirty_limit_blocks {
+        if self.dirty.load(Ordering::Acquire) > self.cfg.storage.dirty_limit_blocks {
             self.background_writeback();
         }
         self.tick();
@@ -216,7 +216,7 @@ impl Fs {
             return Err(FsError::ZeroLength);
         }
         self.block_range(offset, len)?;
-        let ext4 = self.config().punch == crate::config::PunchBehaviour::Ext4;
+        let ext4 = self.config().behaviour.punch == crate::config::PunchBehaviour::Ext4;
         self.with_inode(f, true, |node, ino| {
             let mut len = len;
             if ext4 {
@@ -336,7 +336,7 @@ impl Fs {
     /// (or, without transactions to wait for, back to the allocator).
     pub(super) fn defer_free(&self, mut start: u64, mut len: u64) {
         self.ext4_counts.blocks(len as i64);
-        if self.config().free_reuse == crate::config::FreeReuse::AtOnce {
+        if self.config().storage.free_reuse == crate::config::FreeReuse::AtOnce {
             self.alloc.free(start, len).unwrap_or_else(|e| panic!("a file's block is already free: {e}"));
             return;
         }

@@ -18,7 +18,7 @@ impl Fs {
     /// [`Fs::create`]; a directory holds no handle.
     pub(crate) fn create_in_group(&self, group: u32, kind: FileKind) -> Result<FileId> {
         let _op = self.op();
-        let ipg = u64::from(self.cfg.inodes_per_group);
+        let ipg = u64::from(self.cfg.shape.inodes_per_group);
         let groups = self.alloc.geometry().groups();
         let id = (0..groups)
             .map(|i| u64::from((group + i) % groups))
@@ -34,12 +34,12 @@ impl Fs {
     /// The group inode `f` belongs to.
     pub(crate) fn inode_group(&self, f: FileId) -> u32 {
         let groups = u64::from(self.alloc.geometry().groups());
-        (((f.0 - 1) / u64::from(self.cfg.inodes_per_group)) % groups) as u32
+        (((f.0 - 1) / u64::from(self.cfg.shape.inodes_per_group)) % groups) as u32
     }
 
     /// Free inode numbers in each group.
     pub(crate) fn free_inodes_per_group(&self) -> Vec<u32> {
-        let ipg = u64::from(self.cfg.inodes_per_group);
+        let ipg = u64::from(self.cfg.shape.inodes_per_group);
         (0..u64::from(self.alloc.geometry().groups()))
             .map(|g| (ipg - self.inodes.used_in(g * ipg + 1, (g + 1) * ipg + 1)) as u32)
             .collect()

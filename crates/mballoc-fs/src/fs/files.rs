@@ -33,7 +33,7 @@ impl Fs {
     pub(super) fn insert_file(&self, id: u64, kind: FileKind, size: u64, map: ExtentMap, open: u32) {
         let groups = self.alloc.geometry().groups();
         let inode_group = self.inode_group(FileId(id));
-        let flex = self.cfg.flex_groups;
+        let flex = self.cfg.shape.flex_groups;
         let home_group = if flex >= 4 {
             let g = (inode_group & !(flex - 1)) + u32::from(kind == FileKind::Regular);
             if g < groups {
@@ -45,7 +45,7 @@ impl Fs {
             inode_group
         };
         let ext4 = self.ext4_blocks_of(&map, size);
-        let tree = (self.cfg.extent_tree == ExtentTreeBlocks::InVolume).then(|| {
+        let tree = (self.cfg.storage.extent_tree == ExtentTreeBlocks::InVolume).then(|| {
             let extents = self.block_extents(map.iter(), ext4.as_deref());
             Ext4Tree::packed(self.ext4_block_size(), extents.iter().map(|e| (e.logical, e.physical, e.len, e.state)))
         });
@@ -85,7 +85,7 @@ impl Fs {
     pub fn close(&self, f: FileId) -> Result<()> {
         let _op = self.op();
         self.with_inode(f, true, |node, ino| {
-            let ext4 = self.cfg.close == CloseBehaviour::Ext4;
+            let ext4 = self.cfg.behaviour.close == CloseBehaviour::Ext4;
             if ext4 && std::mem::take(&mut ino.truncated_to_zero) {
                 self.flush(node, ino)?;
             }

@@ -30,7 +30,7 @@ impl Fs {
     /// and owned once; every other block in use becomes metadata the
     /// engine never allocates or frees.
     pub fn import(cfg: FsConfig, bitmaps: &[Vec<u64>], files: Vec<ImportedFile>) -> Result<Fs> {
-        let geo = cfg.geometry;
+        let geo = cfg.shape.geometry;
         if bitmaps.len() != geo.groups() as usize {
             return Err(FsError::InvalidImport(format!(
                 "{} bitmaps for a volume of {} groups",
@@ -105,7 +105,7 @@ impl Fs {
     /// shorter last group takes the bitmap's first bits. Every block in
     /// use is metadata the engine never frees.
     pub fn import_alike(cfg: FsConfig, used: &[u64]) -> Result<Fs> {
-        let geo = cfg.geometry;
+        let geo = cfg.shape.geometry;
         let mut fs = Fs::new(cfg)?;
         let n = geo.groups();
         let alike = if geo.group_len(n - 1) == geo.blocks_per_group() { n } else { n - 1 };

@@ -25,6 +25,7 @@ mod streams;
 mod tree_blocks;
 mod trim;
 mod verify;
+mod zero;
 
 pub use import::ImportedFile;
 pub use stats::FsStats;
@@ -213,58 +214,58 @@ enum Normalize {
 impl Fs {
     /// Build an engine on an empty volume.
     pub fn new(cfg: FsConfig) -> Result<Fs> {
-        if cfg.locality_groups == 0 {
+        if cfg.placement.locality_groups == 0 {
             return Err(FsError::InvalidConfig("at least one locality group is needed".into()));
         }
-        if cfg.inodes_per_group == 0 {
+        if cfg.shape.inodes_per_group == 0 {
             return Err(FsError::InvalidConfig("inodes_per_group must be positive".into()));
         }
-        if cfg.cluster_bits > 0 && cfg.dioread != crate::config::DioRead::NoLock {
+        if cfg.shape.cluster_bits > 0 && cfg.behaviour.dioread != crate::config::DioRead::NoLock {
             return Err(FsError::InvalidConfig("writeback without dioread_nolock is not modelled on clusters".into()));
         }
         // ext4's largest cluster is 1 GiB (`EXT4_MAX_CLUSTER_LOG_SIZE`).
-        if cfg.geometry.block_size().trailing_zeros() + cfg.cluster_bits > 30 {
+        if cfg.shape.geometry.block_size().trailing_zeros() + cfg.shape.cluster_bits > 30 {
             return Err(FsError::InvalidConfig(format!(
                 "clusters of 2^{} blocks of {} bytes exceed ext4's largest cluster, 1 GiB",
-                cfg.cluster_bits,
-                cfg.geometry.block_size()
+                cfg.shape.cluster_bits,
+                cfg.shape.geometry.block_size()
             )));
         }
-        if let Normalization::Table(t) = &cfg.normalization {
-            if t.largest() > cfg.geometry.blocks_per_group() {
+        if let Normalization::Table(t) = &cfg.placement.normalization {
+            if t.largest() > cfg.shape.geometry.blocks_per_group() {
                 return Err(FsError::InvalidConfig(format!(
                     "prealloc_table entry {} exceeds the group size {}",
                     t.largest(),
-                    cfg.geometry.blocks_per_group()
+                    cfg.shape.geometry.blocks_per_group()
                 )));
             }
         }
-        let mut b = Allocator::builder(cfg.geometry)
-            .tunables(cfg.tunables)
-            .concurrency(cfg.concurrency)
-            .flex_groups(cfg.flex_groups);
-        for &(s, l) in &cfg.reserved {
+        let mut b = Allocator::builder(cfg.shape.geometry)
+            .tunables(cfg.placement.tunables)
+            .concurrency(cfg.placement.concurrency)
+            .flex_groups(cfg.shape.flex_groups);
+        for &(s, l) in &cfg.shape.reserved {
             b = b.reserve(s, l);
         }
-        if let Some(n) = cfg.stream_goals {
+        if let Some(n) = cfg.placement.stream_goals {
             b = b.stream_goals(n);
         }
-        if let Some(p) = &cfg.policy {
+        if let Some(p) = &cfg.placement.policy {
             b = b.policy(p.clone());
         }
         let alloc = b.build()?;
         let free = alloc.free_blocks();
-        let concurrency = cfg.concurrency;
+        let concurrency = cfg.placement.concurrency;
         Ok(Fs {
-            block_bits: cfg.geometry.block_size().trailing_zeros() + cfg.cluster_bits,
-            cluster_bits: cfg.cluster_bits,
-            metadata_blocks: cfg.geometry.total_blocks() - free,
+            block_bits: cfg.shape.geometry.block_size().trailing_zeros() + cfg.shape.cluster_bits,
+            cluster_bits: cfg.shape.cluster_bits,
+            metadata_blocks: cfg.shape.geometry.total_blocks() - free,
             log: None,
-            lgs: (0..cfg.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
+            lgs: (0..cfg.placement.locality_groups).map(|_| Mutex::new(LocalityGroup::default())).collect(),
             ext4_counts: ext4_counters::Ext4Counters::default(),
-            lg_writers: (0..cfg.locality_groups).map(|_| Mutex::new(())).collect(),
+            lg_writers: (0..cfg.placement.locality_groups).map(|_| Mutex::new(())).collect(),
             alloc,
-            inodes: InodePool::new(cfg.inode_numbers),
+            inodes: InodePool::new(cfg.behaviour.inode_numbers),
             cfg,
             files: FileTable::new(),
             journal: Journal::new(concurrency),
@@ -409,7 +410,7 @@ impl Fs {
 
     /// Count an operation; commit when the interval is reached.
     fn tick(&self) {
-        let interval = self.cfg.commit_interval_ops;
+        let interval = self.cfg.storage.commit_interval_ops;
         if interval == 0 {
             return;
         }

@@ -282,9 +282,9 @@ impl Ext4Namespace {
         let a = fs.allocator();
         let geo = InodeGeometry {
             groups: a.geometry().groups(),
-            inodes_per_group: fs.config().inodes_per_group,
+            inodes_per_group: fs.config().shape.inodes_per_group,
             blocks_per_group: a.geometry().blocks_per_group(),
-            flex: fs.config().flex_groups.max(1),
+            flex: fs.config().shape.flex_groups.max(1),
         };
         let counts = GroupCounts {
             inodes: fs.free_inodes_per_group(),
@@ -353,7 +353,7 @@ mod tests {
     /// 16), 2,048 inodes a group, its root in group 0.
     fn volume() -> (Fs, Ext4Namespace) {
         let mut cfg = FsConfig::kernel(Geometry::new(1024, 64 * 8192).unwrap());
-        cfg.inodes_per_group = 2048;
+        cfg.shape.inodes_per_group = 2048;
         let fs = Fs::new(cfg).unwrap();
         let root = fs.create_in_group(0, FileKind::Directory).unwrap();
         fs.append_directory_block(root).unwrap();

@@ -22,7 +22,7 @@ pub struct EngineTarget {
 
 enum Engine {
     Memory(Arc<Fs>),
-    Persistent { vol: Box<mballoc_vol::Volume>, _file: VolumeFile },
+    Persistent { vol: std::sync::Arc<mballoc_vol::Volume>, _file: VolumeFile },
 }
 
 /// A volume file removed when the target goes.
@@ -183,9 +183,9 @@ impl EngineTarget {
     }
 
     /// A persistent volume kept in `file` (removed when the target goes).
-    pub fn persistent(vol: mballoc_vol::Volume, file: VolumeFile, names: Vec<String>) -> Self {
+    pub fn persistent(vol: std::sync::Arc<mballoc_vol::Volume>, file: VolumeFile, names: Vec<String>) -> Self {
         EngineTarget {
-            engine: Engine::Persistent { vol: Box::new(vol), _file: file },
+            engine: Engine::Persistent { vol, _file: file },
             files: Slots::new(names.len()),
             names,
             write_mode: WriteMode::Delalloc,
@@ -242,7 +242,7 @@ impl EngineTarget {
                 // file's delayed blocks first (auto_da_alloc); the kernel
                 // profile does too.
                 let replaces = self.files.named(op.to).is_some_and(|old| Some(old) != self.files.named(op.file));
-                if replaces && self.fs().config().close == mballoc_fs::CloseBehaviour::Ext4 {
+                if replaces && self.fs().config().behaviour.close == mballoc_fs::CloseBehaviour::Ext4 {
                     files.writeback(id()?)?;
                 }
                 self.dropped(files, self.files.rename(op.file, op.to)?)?

@@ -219,7 +219,7 @@ impl Ext4Config {
             }
             if let Some(v) = o.strip_prefix("stripe=").and_then(|v| v.parse().ok()) {
                 // Over the image's own stripe, as the mount option is.
-                cfg.tunables.stripe = v;
+                cfg.placement.tunables.stripe = v;
             }
         }
         for (k, v) in &self.knobs {
@@ -228,13 +228,13 @@ impl Ext4Config {
             }
         }
         if self.without_journal() {
-            cfg.free_reuse = mballoc_fs::FreeReuse::AtOnce;
+            cfg.storage.free_reuse = mballoc_fs::FreeReuse::AtOnce;
         }
         if self.mount.iter().any(|o| o == "nodioread_nolock") {
             // ext4's extent_max_zeroout_kb: 32 unless a knob sets it.
             let knob = self.knobs.iter().rev().find(|(k, _)| k == "extent_max_zeroout_kb");
             let max_zeroout_kb = knob.and_then(|(_, v)| v.parse().ok()).unwrap_or(32);
-            cfg.dioread = mballoc_fs::DioRead::Locked { max_zeroout_kb };
+            cfg.behaviour.dioread = mballoc_fs::DioRead::Locked { max_zeroout_kb };
         }
         if self.mount.iter().any(|o| o == "nodelalloc") {
             WriteMode::NoDelalloc
@@ -318,16 +318,16 @@ mod tests {
         let (c, _) = config(&["ext4.mount=nodelalloc,mb_optimize_scan=0", "ext4.mb_max_to_scan=50"]);
         let mut cfg = FsConfig::kernel(mballoc::Geometry::new(4096, 1 << 18).unwrap());
         assert_eq!(c.apply_engine(&mut cfg), WriteMode::NoDelalloc);
-        assert_eq!(cfg.tunables.mb_max_to_scan, 50);
-        assert_eq!(cfg.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
+        assert_eq!(cfg.placement.tunables.mb_max_to_scan, 50);
+        assert_eq!(cfg.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
         assert_eq!(c.mount_options(), "commit=600,nodelalloc,mb_optimize_scan=0");
-        assert_eq!(cfg.free_reuse, mballoc_fs::FreeReuse::AtCommit);
+        assert_eq!(cfg.storage.free_reuse, mballoc_fs::FreeReuse::AtCommit);
         let (c, _) = config(&["ext4.mkfs=-O ^has_journal"]);
         c.apply_engine(&mut cfg);
-        assert_eq!(cfg.free_reuse, mballoc_fs::FreeReuse::AtOnce);
+        assert_eq!(cfg.storage.free_reuse, mballoc_fs::FreeReuse::AtOnce);
         let (c, s) = config(&["ext4.mount=nodioread_nolock", "ext4.extent_max_zeroout_kb=64"]);
         c.check(&s).unwrap();
         c.apply_engine(&mut cfg);
-        assert_eq!(cfg.dioread, mballoc_fs::DioRead::Locked { max_zeroout_kb: 64 });
+        assert_eq!(cfg.behaviour.dioread, mballoc_fs::DioRead::Locked { max_zeroout_kb: 64 });
     }
 }

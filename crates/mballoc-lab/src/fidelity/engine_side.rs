@@ -15,10 +15,10 @@ use std::path::Path;
 /// run it: statistics on, and as many stream goals as that kernel makes
 /// (`min(possible CPUs, ceil(groups / 4))`).
 pub fn kernel_profile(cfg: &mut FsConfig, possible_cpus: u32) {
-    let geo = cfg.geometry;
-    *cfg = FsConfig::kernel(geo).with_cluster_bits(cfg.cluster_bits);
-    cfg.tunables.mb_stats = true;
-    cfg.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
+    let geo = cfg.shape.geometry;
+    *cfg = FsConfig::kernel(geo).with_cluster_bits(cfg.shape.cluster_bits);
+    cfg.placement.tunables.mb_stats = true;
+    cfg.placement.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
 }
 
 /// CPUs the kernel could ever bring online (`/sys/devices/system/cpu/possible`).
@@ -67,7 +67,7 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     .context("loading the image into the engine")?;
     let fs = loaded.loaded.fs;
     let mut names = Names { ns: loaded.namespace, paths: &case.trace.files };
-    if base > 0 && fs.config().tunables.stripe > 0 {
+    if base > 0 && fs.config().placement.tunables.stripe > 0 {
         // ext4 aligns to its block numbers; the engine's start at the
         // first data block (1 with 1 KiB blocks).
         return Err(LabError::Invalid(format!(

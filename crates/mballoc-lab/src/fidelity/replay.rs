@@ -387,10 +387,10 @@ pub fn replay_path(
     let text = std::fs::read_to_string(&trace).map_err(|e| LabError::io(trace.display().to_string(), e))?;
     replay_file(&text, dev, &image, |t| {
         let mut cfg = mballoc_fs::FsConfig::kernel(mballoc::Geometry::new(4096, 1 << 20).expect("a scratch geometry"));
-        cfg.tunables = *t;
+        cfg.placement.tunables = *t;
         ext4.apply_engine(&mut cfg);
         settings.apply_keys(&mut cfg);
-        *t = cfg.tunables;
+        *t = cfg.placement.tunables;
     })
 }
 

@@ -198,24 +198,26 @@ pub fn run(env: &Env) -> ScenarioReport {
         if let Some(t) = &table {
             rep.notes.push(format!("tuned table (from the aged volume's buddies): {:?} blocks", t.sizes()));
         }
-        variants.push(Variant::engine("optimize_scan", |c| c.tunables.mb_optimize_scan = OptimizeScan::On));
-        variants.push(Variant::engine("linear scan", |c| c.tunables.mb_optimize_scan = OptimizeScan::Off));
+        variants.push(Variant::engine("optimize_scan", |c| c.placement.tunables.mb_optimize_scan = OptimizeScan::On));
+        variants.push(Variant::engine("linear scan", |c| c.placement.tunables.mb_optimize_scan = OptimizeScan::Off));
         variants.push(Variant::engine("optimize_scan, trim to minimum", |c| {
-            c.tunables.mb_optimize_scan = OptimizeScan::On;
-            c.tunables.mb_best_avail_max_trim_order = 16;
-            c.tunables.mb_best_avail_floor = BestAvailFloor::Minimum;
+            c.placement.tunables.mb_optimize_scan = OptimizeScan::On;
+            c.placement.tunables.mb_best_avail_max_trim_order = 16;
+            c.placement.tunables.mb_best_avail_floor = BestAvailFloor::Minimum;
         }));
         if let Some(table) = table {
             variants.push(Variant::engine("optimize_scan, tuned table", move |c| {
-                c.tunables.mb_optimize_scan = OptimizeScan::On;
-                c.normalization = Normalization::Table(table.clone());
+                c.placement.tunables.mb_optimize_scan = OptimizeScan::On;
+                c.placement.normalization = Normalization::Table(table.clone());
             }));
         }
         variants.push(Variant::engine("optimize_scan, c1/c2/c3 thresholds", |c| {
-            c.tunables = Tunables { mb_optimize_scan: OptimizeScan::On, ..c.tunables.with_lustre_thresholds() }
+            c.placement.tunables =
+                Tunables { mb_optimize_scan: OptimizeScan::On, ..c.placement.tunables.with_lustre_thresholds() }
         }));
         variants.push(Variant::engine("linear scan, c1/c2/c3 thresholds", |c| {
-            c.tunables = Tunables { mb_optimize_scan: OptimizeScan::Off, ..c.tunables.with_lustre_thresholds() }
+            c.placement.tunables =
+                Tunables { mb_optimize_scan: OptimizeScan::Off, ..c.placement.tunables.with_lustre_thresholds() }
         }));
         // The same write on a volume that carries the data: the folio
         // cache, writeback to the device file and the journal, as a kernel

@@ -19,7 +19,7 @@ pub const ABOUT: &str =
 fn run_trace(env: &Env, rep: &mut ScenarioReport, ager: &str, t: &Trace) {
     let w = Workload { volume: Size(t.volume), block_size: t.block_size, ..Default::default() };
     let mut variants = vec![Variant::engine("kernel profile", |c| {
-        *c = mballoc_fs::FsConfig::kernel(c.geometry);
+        *c = mballoc_fs::FsConfig::kernel(c.shape.geometry);
     })];
     variants.extend(kernel_variants(env, &[("default", "")]));
     let specs = t.stream_specs();

@@ -57,7 +57,7 @@ fn one(env: &Env, groups: u32, write_mib: u64, optimize: OptimizeScan) -> Result
     let geo = Geometry::new(4096, u64::from(groups) * u64::from(GROUP)).map_err(|e| e.to_string())?;
     let mut cfg = FsConfig::kernel(geo);
     env.settings.apply_engine(&mut cfg);
-    cfg.tunables = Tunables { mb_stats: true, mb_optimize_scan: optimize, ..cfg.tunables };
+    cfg.placement.tunables = Tunables { mb_stats: true, mb_optimize_scan: optimize, ..cfg.placement.tunables };
     let t0 = Instant::now();
     let fs = Fs::import_alike(cfg, &aged_bitmap()).map_err(|e| e.to_string())?;
     let aged_in = t0.elapsed();

@@ -193,7 +193,7 @@ impl Variant {
         if let Setup::Engine { tweak, .. } = &self.setup {
             self.settings.apply_profile(cfg);
             tweak(cfg);
-            cfg.tunables.mb_stats = self.stats == Stats::On;
+            cfg.placement.tunables.mb_stats = self.stats == Stats::On;
             self.settings.apply_keys(cfg);
         }
     }
@@ -264,7 +264,11 @@ impl Variant {
 
     /// A fresh persistent volume of `bytes` bytes for an engine variant
     /// kept on a device, for scenarios that drive the volume itself.
-    pub fn engine_volume(&self, bytes: u64, block_size: u32) -> Result<(mballoc_vol::Volume, VolumeFile), LabError> {
+    pub fn engine_volume(
+        &self,
+        bytes: u64,
+        block_size: u32,
+    ) -> Result<(std::sync::Arc<mballoc_vol::Volume>, VolumeFile), LabError> {
         match &self.setup {
             Setup::Engine { storage: Storage::Device(opts), .. } => {
                 persistent_volume(bytes, block_size, opts.clone(), |c| self.configure(c))

@@ -96,8 +96,8 @@ pub fn run_with(env: &Env, workers: &[u32], secs: f64, volume: u64) -> ScenarioR
         .into_iter()
         .map(|(label, locks, place)| {
             Variant::engine(label, move |cfg| {
-                cfg.concurrency = locks;
-                cfg.stream_placement = place;
+                cfg.placement.concurrency = locks;
+                cfg.placement.stream_placement = place;
             })
         })
         .collect();

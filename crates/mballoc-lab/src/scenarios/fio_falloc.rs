@@ -83,14 +83,14 @@ pub fn run(env: &Env) -> ScenarioReport {
         ("ext4 placement, optimize_scan=0", OptimizeScan::Off, StreamPlacement::Kernel),
     ] {
         variants.push(Variant::engine(label, move |cfg| {
-            cfg.tunables.mb_optimize_scan = scan;
-            cfg.stream_placement = place;
+            cfg.placement.tunables.mb_optimize_scan = scan;
+            cfg.placement.stream_placement = place;
         }));
     }
     // Every appended file a stream from its first block, not only past
     // mb_stream_req: no small first extents in a shared group.
     variants.push(Variant::engine("per-file placement, streams from the first block (mb_stream_req=0)", |cfg| {
-        cfg.tunables.mb_stream_req = 0;
+        cfg.placement.tunables.mb_stream_req = 0;
     }));
     variants.push(Variant::engine("per-file placement, optimize_scan=1, journal", |_| {}).on_device());
     variants.extend(kernel_variants(

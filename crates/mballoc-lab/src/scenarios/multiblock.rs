@@ -135,8 +135,8 @@ pub fn run(env: &Env) -> ScenarioReport {
             .into_iter()
             .map(|(label, mode)| {
                 Variant::engine(label, |cfg| {
-                    cfg.dirty_limit_blocks = u64::MAX;
-                    cfg.commit_interval_ops = 0;
+                    cfg.storage.dirty_limit_blocks = u64::MAX;
+                    cfg.storage.commit_interval_ops = 0;
                 })
                 .write_mode(mode)
             })

@@ -106,7 +106,7 @@ pub fn run(env: &Env) -> ScenarioReport {
     let mut variants: Vec<Variant> = trims
         .iter()
         .map(|&(label, trim)| {
-            Variant::engine(label, move |cfg| cfg.tunables.mb_best_avail_max_trim_order = trim)
+            Variant::engine(label, move |cfg| cfg.placement.tunables.mb_best_avail_max_trim_order = trim)
                 .write_mode(WriteMode::NoDelalloc)
         })
         .collect();

@@ -24,7 +24,7 @@ pub fn open_image(path: &Path) -> Result<Volume<FileSource>, LabError> {
 /// The lab's engine configuration: statistics on, then `tweak`.
 pub(super) fn with_stats(tweak: impl FnOnce(&mut FsConfig)) -> impl FnOnce(&mut FsConfig) {
     |cfg: &mut FsConfig| {
-        cfg.tunables.mb_stats = true;
+        cfg.placement.tunables.mb_stats = true;
         tweak(cfg);
     }
 }
@@ -70,7 +70,7 @@ pub fn persistent_volume(
     block_size: u32,
     opts: mballoc_vol::MountOptions,
     policy: impl FnOnce(&mut FsConfig),
-) -> Result<(mballoc_vol::Volume, VolumeFile), LabError> {
+) -> Result<(Arc<mballoc_vol::Volume>, VolumeFile), LabError> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let path =

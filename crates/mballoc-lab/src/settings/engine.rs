@@ -99,18 +99,18 @@ fn named<T: Copy>(table: &[(&str, T)], value: &str) -> Result<T, String> {
 /// The value `key` has in `cfg`, written as the setting would take it.
 /// `delalloc` is not part of the configuration: it is the lab's, 1 unless set.
 pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
-    let t = &cfg.tunables;
+    let t = &cfg.placement.tunables;
     let request = |r: RequestSize| match r {
         RequestSize::WholeRun => "whole".to_string(),
         RequestSize::UpTo(n) => n.to_string(),
     };
-    let table = || match &cfg.normalization {
+    let table = || match &cfg.placement.normalization {
         Normalization::Table(t) => Some(t.clone()),
         Normalization::KernelWindows => None,
     };
     Some(match key {
         "profile" => return None,
-        "policy" => cfg.policy.as_ref().map_or("kernel", |p| p.name()).to_string(),
+        "policy" => cfg.placement.policy.as_ref().map_or("kernel", |p| p.name()).to_string(),
         "mb_stats" => u8::from(t.mb_stats).to_string(),
         "mb_max_to_scan" => t.mb_max_to_scan.to_string(),
         "mb_min_to_scan" => t.mb_min_to_scan.to_string(),
@@ -129,33 +129,33 @@ pub fn value_of(cfg: &FsConfig, key: &str) -> Option<String> {
         "prealloc_table" => {
             table().map_or("kernel".into(), |t| t.sizes().iter().map(ToString::to_string).collect::<Vec<_>>().join(" "))
         }
-        "mb_small_req" => table_reqs(&cfg.normalization).0.to_string(),
-        "mb_large_req" => table_reqs(&cfg.normalization).1.to_string(),
-        "stream_placement" => name_of(STREAM_PLACEMENT, &cfg.stream_placement),
-        "concurrency" => name_of(CONCURRENCY, &cfg.concurrency),
-        "stream_goals" => cfg.stream_goals.map_or("auto".into(), |n| n.to_string()),
-        "locality_groups" => cfg.locality_groups.to_string(),
-        "inodes_per_group" => cfg.inodes_per_group.to_string(),
-        "flex_groups" => cfg.flex_groups.to_string(),
+        "mb_small_req" => table_reqs(&cfg.placement.normalization).0.to_string(),
+        "mb_large_req" => table_reqs(&cfg.placement.normalization).1.to_string(),
+        "stream_placement" => name_of(STREAM_PLACEMENT, &cfg.placement.stream_placement),
+        "concurrency" => name_of(CONCURRENCY, &cfg.placement.concurrency),
+        "stream_goals" => cfg.placement.stream_goals.map_or("auto".into(), |n| n.to_string()),
+        "locality_groups" => cfg.placement.locality_groups.to_string(),
+        "inodes_per_group" => cfg.shape.inodes_per_group.to_string(),
+        "flex_groups" => cfg.shape.flex_groups.to_string(),
         "dirty_limit_blocks" => {
-            if cfg.dirty_limit_blocks == u64::MAX {
+            if cfg.storage.dirty_limit_blocks == u64::MAX {
                 "off".into()
             } else {
-                cfg.dirty_limit_blocks.to_string()
+                cfg.storage.dirty_limit_blocks.to_string()
             }
         }
-        "commit_interval_ops" => cfg.commit_interval_ops.to_string(),
-        "writeback_request" => request(cfg.writeback_request),
-        "fallocate_request" => request(cfg.fallocate_request),
-        "inode_numbers" => match cfg.inode_numbers {
+        "commit_interval_ops" => cfg.storage.commit_interval_ops.to_string(),
+        "writeback_request" => request(cfg.placement.writeback_request),
+        "fallocate_request" => request(cfg.placement.fallocate_request),
+        "inode_numbers" => match cfg.behaviour.inode_numbers {
             InodeNumbers::Sequential { .. } => "sequential",
             InodeNumbers::LowestFree { .. } => "lowest-free",
         }
         .into(),
-        "sync_order" => name_of(SYNC_ORDER, &cfg.sync_order),
-        "close" => name_of(CLOSE, &cfg.close),
-        "punch" => name_of(PUNCH, &cfg.punch),
-        "extent_tree" => name_of(EXTENT_TREE, &cfg.extent_tree),
+        "sync_order" => name_of(SYNC_ORDER, &cfg.behaviour.sync_order),
+        "close" => name_of(CLOSE, &cfg.behaviour.close),
+        "punch" => name_of(PUNCH, &cfg.behaviour.punch),
+        "extent_tree" => name_of(EXTENT_TREE, &cfg.storage.extent_tree),
         "delalloc" => "1".into(),
         _ => return None,
     })
@@ -196,17 +196,17 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
         }
         positive().map(RequestSize::UpTo)
     };
-    let t = &mut cfg.tunables;
+    let t = &mut cfg.placement.tunables;
     match key {
         "profile" => {
             if pick(&["default", "kernel"])? == 1 {
-                let (geo, reserved) = (cfg.geometry, std::mem::take(&mut cfg.reserved));
+                let (geo, reserved) = (cfg.shape.geometry, std::mem::take(&mut cfg.shape.reserved));
                 *cfg = FsConfig::kernel(geo);
-                cfg.reserved = reserved;
+                cfg.shape.reserved = reserved;
             }
         }
         "policy" => {
-            cfg.policy = match crate::policies::find(value) {
+            cfg.placement.policy = match crate::policies::find(value) {
                 // ext4's own: no override at all.
                 Some(_) if value == "kernel" => None,
                 Some(p) => Some(p),
@@ -242,7 +242,7 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
         "mb_best_avail_floor" => t.mb_best_avail_floor = named(BEST_AVAIL_FLOOR, value)?,
         "linear_best_avail" => t.linear_best_avail = named(LINEAR_BEST_AVAIL, value)?,
         "prealloc_table" => {
-            cfg.normalization = if value == "kernel" {
+            cfg.placement.normalization = if value == "kernel" {
                 Normalization::KernelWindows
             } else {
                 let sizes = value
@@ -250,7 +250,7 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
                     .filter(|w| !w.is_empty())
                     .map(|w| w.parse::<u32>().map_err(|_| format!("{w:?} is not a size in blocks")))
                     .collect::<Result<Vec<u32>, String>>()?;
-                let (small, large) = table_reqs(&cfg.normalization);
+                let (small, large) = table_reqs(&cfg.placement.normalization);
                 Normalization::Table(PreallocTable::new(sizes, small, large).map_err(|e| e.to_string())?)
             }
         }
@@ -259,40 +259,40 @@ pub fn apply_one(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), Strin
             // Without a table these would do nothing: setting one switches
             // to ldiskfs's table rather than silently measuring the
             // kernel's windows.
-            let sizes = match &cfg.normalization {
+            let sizes = match &cfg.placement.normalization {
                 Normalization::Table(t) => t.sizes().to_vec(),
                 Normalization::KernelWindows => PreallocTable::lustre_default().sizes().to_vec(),
             };
-            let (mut small, mut large) = table_reqs(&cfg.normalization);
+            let (mut small, mut large) = table_reqs(&cfg.placement.normalization);
             if key == "mb_small_req" {
                 small = v
             } else {
                 large = v
             }
-            cfg.normalization =
+            cfg.placement.normalization =
                 Normalization::Table(PreallocTable::new(sizes, small, large).map_err(|e| e.to_string())?);
         }
-        "stream_placement" => cfg.stream_placement = named(STREAM_PLACEMENT, value)?,
-        "concurrency" => cfg.concurrency = named(CONCURRENCY, value)?,
-        "stream_goals" => cfg.stream_goals = if value == "auto" { None } else { Some(positive()?) },
-        "locality_groups" => cfg.locality_groups = positive()? as usize,
-        "inodes_per_group" => cfg.inodes_per_group = positive()?,
-        "flex_groups" => cfg.flex_groups = positive()?,
-        "dirty_limit_blocks" => cfg.dirty_limit_blocks = if value == "off" { u64::MAX } else { num64()? },
-        "commit_interval_ops" => cfg.commit_interval_ops = num64()?,
-        "writeback_request" => cfg.writeback_request = request()?,
-        "fallocate_request" => cfg.fallocate_request = request()?,
+        "stream_placement" => cfg.placement.stream_placement = named(STREAM_PLACEMENT, value)?,
+        "concurrency" => cfg.placement.concurrency = named(CONCURRENCY, value)?,
+        "stream_goals" => cfg.placement.stream_goals = if value == "auto" { None } else { Some(positive()?) },
+        "locality_groups" => cfg.placement.locality_groups = positive()? as usize,
+        "inodes_per_group" => cfg.shape.inodes_per_group = positive()?,
+        "flex_groups" => cfg.shape.flex_groups = positive()?,
+        "dirty_limit_blocks" => cfg.storage.dirty_limit_blocks = if value == "off" { u64::MAX } else { num64()? },
+        "commit_interval_ops" => cfg.storage.commit_interval_ops = num64()?,
+        "writeback_request" => cfg.placement.writeback_request = request()?,
+        "fallocate_request" => cfg.placement.fallocate_request = request()?,
         "inode_numbers" => {
             let first = mballoc_fs::FIRST_INO;
-            cfg.inode_numbers = match pick(&["sequential", "lowest-free"])? {
+            cfg.behaviour.inode_numbers = match pick(&["sequential", "lowest-free"])? {
                 0 => InodeNumbers::Sequential { first },
                 _ => InodeNumbers::LowestFree { first: first + 1 },
             }
         }
-        "sync_order" => cfg.sync_order = named(SYNC_ORDER, value)?,
-        "close" => cfg.close = named(CLOSE, value)?,
-        "punch" => cfg.punch = named(PUNCH, value)?,
-        "extent_tree" => cfg.extent_tree = named(EXTENT_TREE, value)?,
+        "sync_order" => cfg.behaviour.sync_order = named(SYNC_ORDER, value)?,
+        "close" => cfg.behaviour.close = named(CLOSE, value)?,
+        "punch" => cfg.behaviour.punch = named(PUNCH, value)?,
+        "extent_tree" => cfg.storage.extent_tree = named(EXTENT_TREE, value)?,
         "delalloc" => {
             flag()?;
         }

@@ -22,7 +22,7 @@
 //! assert!(s.set_str("engine.mb_max_to_scam=50").is_err());
 //! let mut cfg = mballoc_fs::FsConfig::new(mballoc::Geometry::new(4096, 1 << 18).unwrap());
 //! s.apply_engine(&mut cfg);
-//! assert_eq!(cfg.tunables.mb_max_to_scan, 50);
+//! assert_eq!(cfg.placement.tunables.mb_max_to_scan, 50);
 //! assert_eq!(s.describe(), "engine.mb_max_to_scan=50, ext4.mount=nodelalloc");
 //! ```
 
@@ -350,10 +350,10 @@ mod tests {
         let mut c = cfg();
         s.apply_engine(&mut c);
         // The profile comes first, whatever the order given.
-        assert_eq!(c.tunables.mb_optimize_scan, OptimizeScan::Off);
-        assert_eq!(c.stream_placement, StreamPlacement::PerFile);
-        assert_eq!(c.sync_order, SyncOrder::Dirtied);
-        let Normalization::Table(t) = &c.normalization else { panic!("no table") };
+        assert_eq!(c.placement.tunables.mb_optimize_scan, OptimizeScan::Off);
+        assert_eq!(c.placement.stream_placement, StreamPlacement::PerFile);
+        assert_eq!(c.behaviour.sync_order, SyncOrder::Dirtied);
+        let Normalization::Table(t) = &c.placement.normalization else { panic!("no table") };
         assert_eq!((t.sizes(), t.small_req()), (&[8, 16, 32][..], 64));
         assert_eq!(s.write_mode(), None);
         s.set_str("workload.interleave=in-turn").unwrap();

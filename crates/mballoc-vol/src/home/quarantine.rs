@@ -35,10 +35,11 @@ impl Home {
             return Ok(Vec::new());
         }
         let mut moves: BTreeMap<u64, String> = BTreeMap::new();
+        // Every inode read in part goes, an empty one too: its record is
+        // intact, so it is the user's to judge (its name may have been
+        // all it held).
         for (&ino, why) in partly {
-            let Some(f) = files.get(&ino) else { continue };
-            let keep = f.attr.is_some() || f.size > 0 || !f.extents.is_empty();
-            if keep {
+            if files.contains_key(&ino) {
                 moves.insert(ino, why.clone());
             }
         }

@@ -117,13 +117,13 @@ pub fn sample_volume(left: Left) -> (Vec<u8>, Model) {
     vol.fsync(c).unwrap();
     let want = model(&vol);
     match left {
-        Left::Crashed => drop(vol),
+        Left::Crashed => vol.abandon(),
         Left::Unmounted => vol.unmount().unwrap(),
     }
     (dev.to_bytes(), want)
 }
 
-fn mount(image: &[u8]) -> Result<(Arc<MemDevice>, Volume), String> {
+fn mount(image: &[u8]) -> Result<(Arc<MemDevice>, Arc<Volume>), String> {
     let dev = Arc::new(MemDevice::from_bytes(image.to_vec()));
     let vol = Volume::open(dev.clone(), mount_opts()).map_err(|e| e.to_string())?;
     Ok((dev, vol))

@@ -6,7 +6,7 @@ use mballoc_vol::{check, Device, FileId, MountOptions, Repair, Volume};
 use std::sync::Arc;
 
 /// Mount `dev` and check it; an error names the problem.
-pub fn mount_checked(dev: Arc<dyn Device>, opts: MountOptions) -> Result<Volume, String> {
+pub fn mount_checked(dev: Arc<dyn Device>, opts: MountOptions) -> Result<Arc<Volume>, String> {
     let vol = Volume::open(dev.clone(), opts).map_err(|e| format!("mount: {e}"))?;
     vol.fs().check().map_err(|e| format!("engine check: {e}"))?;
     let report = check(&*dev, Repair::No).map_err(|e| format!("check: {e}"))?;
