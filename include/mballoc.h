@@ -1,3 +1,48 @@
+/*
+ * mballoc.h: ext4's multiblock allocator and a crash-safe volume over
+ * it, as a C library (C89 and later; C++ through extern "C").
+ *
+ * Link: pkg-config --cflags --libs mballoc   (after make install), or
+ *   -Iinclude target/release/libmballoc_c.a -lpthread -ldl -lm.
+ *
+ * Errors. Every call that can fail returns 0 (or a count) on success and
+ * a negative errno on failure: -ENOENT, -EEXIST, -EINVAL for an argument
+ * the call cannot take (an unknown flag or option is always refused),
+ * -ENOSPC, -EIO for a device error, -EBADF for a handle whose volume was
+ * closed. mb_last_error() then says what failed, in words and with the
+ * caller's path, for the calling thread, until its next mballoc call.
+ * Calls that return a string return NULL on failure. A failed call
+ * changed nothing.
+ *
+ * Ownership and lifetimes. Handles are opaque pointers. Each is made by
+ * one call and given back to one: mb_volume_open / mb_volume_close,
+ * mb_file_open / mb_file_close, mb_opendir / mb_closedir,
+ * mb_allocator_new / mb_allocator_destroy; strings the library returns
+ * go to mb_string_free. Each is given back exactly once; NULL is accepted
+ * and ignored there. A file handle may outlive its volume's handle: after
+ * mb_volume_close it fails -EBADF, and must still be closed. Pointers
+ * passed in (paths, buffers, out-parameters) are borrowed for the call.
+ *
+ * Durability. Writes are cached; mb_file_sync and mb_volume_sync make
+ * them durable at once, the commit interval (mount option commit=, 5 s
+ * by default) within that time, mb_volume_close always. A program that
+ * ends without closing a volume (returning from main, exit()) has it
+ * closed by the library at exit; one that is killed loses at most what
+ * the interval had not yet committed, and the next open replays the
+ * journal.
+ *
+ * Threads. A volume handle may be used from any number of threads at
+ * once; so may a file handle (every file call is positional). A listing
+ * (MbDir) is one thread's at a time. mb_last_error is per thread.
+ *
+ * Panics. No Rust panic crosses into C: one is caught, reported as -EIO
+ * with its message ("internal error (a bug): ..."), and the volume stops
+ * taking changes as ext4 does after an error; reads go on.
+ */
+
+#define MB_VERSION "0.1.0"
+
+
 #ifndef MBALLOC_H
 #define MBALLOC_H
 
@@ -6,173 +51,762 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Open for reading.
+/*
+ The library's major version (`MB_VERSION_MAJOR.MINOR.PATCH` is
+ [`mb_version`]'s string; a test keeps these equal to it).
+ */
+#define MB_VERSION_MAJOR 0
+
+/*
+ The library's minor version.
+ */
+#define MB_VERSION_MINOR 1
+
+/*
+ The library's patch version.
+ */
+#define MB_VERSION_PATCH 0
+
+/*
+ `MbAllocRequest.goal_policy`: no goal (`goal` is ignored).
+ */
+#define MB_GOAL_NONE 0
+
+/*
+ Scanning starts at the goal's group.
+ */
+#define MB_GOAL_HINT 1
+
+/*
+ Exactly the goal first, then a scan (`HINT_TRY_GOAL`).
+ */
+#define MB_GOAL_TRY 2
+
+/*
+ Exactly the goal or `-ENOSPC` (`HINT_GOAL_ONLY`).
+ */
+#define MB_GOAL_ONLY 3
+
+/*
+ `MbAllocRequest.flags`: a metadata request (never trimmed by
+ CR_BEST_AVAIL_LEN).
+ */
+#define MB_ALLOC_METADATA 1
+
+/*
+ `MbAllocRequest.flags`: use stream goal `stream`.
+ */
+#define MB_ALLOC_STREAM 2
+
+/*
+ `MbAllocation.found_by`: at the goal block, before any pass.
+ */
+#define MB_FOUND_GOAL 0
+
+/*
+ `MbAllocation.found_by`: by the allocator's policy.
+ */
+#define MB_FOUND_POLICY 6
+
+/*
+ `MbAllocation.found_by`: by a pass, `MB_FOUND_PASS + n` for pass n
+ (0 CR_POWER2_ALIGNED … 4 CR_ANY_FREE); `mb_found_by_name` names it.
+ */
+#define MB_FOUND_PASS 1
+
+/*
+ Open for reading.
+ */
 #define MB_O_READ 1
 
-// Open for writing.
+/*
+ Open for writing.
+ */
 #define MB_O_WRITE 2
 
-// Make the file if it does not exist.
+/*
+ Make the file if it does not exist.
+ */
 #define MB_O_CREATE 4
 
-// Cut the file to nothing on open.
+/*
+ Cut the file to nothing on open.
+ */
 #define MB_O_TRUNC 8
 
-// Fail if the file exists (with `MB_O_CREATE`).
+/*
+ Every write goes to the end of the file (implies `MB_O_WRITE`).
+ */
+#define MB_O_APPEND 16
+
+/*
+ Fail `-EEXIST` if the file exists (with `MB_O_CREATE`).
+ */
 #define MB_O_EXCL 32
 
-// `mb_volume_open`: read-only (nothing is written, not even a replay).
-#define MB_VOLUME_READ_ONLY 1
-
-// `mb_volume_open`: count the allocator's statistics (`mb_stats`), off
-// by default as in ext4.
-#define MB_VOLUME_STATS 2
-
-// `mb_file_allocate`: leave the size alone (`FALLOC_FL_KEEP_SIZE`).
+/*
+ `mb_file_fallocate`: leave the size alone (`FALLOC_FL_KEEP_SIZE`).
+ */
 #define MB_FALLOC_KEEP_SIZE 1
 
-// An allocator over `blocks` blocks.
+/*
+ `mb_file_fallocate`: deallocate the range; it reads as zeros
+ (`FALLOC_FL_PUNCH_HOLE`; the size never changes).
+ */
+#define MB_FALLOC_PUNCH_HOLE 2
+
+/*
+ `mb_file_fallocate`: make the range read as zeros, its blocks kept or
+ allocated, all or nothing (`FALLOC_FL_ZERO_RANGE`).
+ */
+#define MB_FALLOC_ZERO_RANGE 16
+
+/*
+ `mb_rename`: fail `-EEXIST` if the new name exists (`RENAME_NOREPLACE`).
+ */
+#define MB_RENAME_NOREPLACE 1
+
+/*
+ `mb_rename`: swap the two names' files (`RENAME_EXCHANGE`).
+ */
+#define MB_RENAME_EXCHANGE 2
+
+/*
+ `mb_stat`: describe a symbolic link itself (`lstat`).
+ */
+#define MB_STAT_NOFOLLOW 1
+
+/*
+ `mb_setxattr`: fail `-EEXIST` if it exists (`XATTR_CREATE`).
+ */
+#define MB_XATTR_CREATE 1
+
+/*
+ `mb_setxattr`: fail `-ENODATA` unless it exists (`XATTR_REPLACE`).
+ */
+#define MB_XATTR_REPLACE 2
+
+/*
+ Longest name in bytes (`MbDirEntry.name` holds it and a NUL).
+ */
+#define MB_NAME_MAX 255
+
+/*
+ chattr `i`: no change to contents, names or attributes.
+ */
+#define MB_FL_IMMUTABLE 16
+
+/*
+ chattr `a`: writes only at the end; no truncation, no unlink.
+ */
+#define MB_FL_APPEND 32
+
+/*
+ chattr `S`: writes are durable when they return.
+ */
+#define MB_FL_SYNC 8
+
+/*
+ `mb_format`: overwrite whatever the path holds.
+ */
+#define MB_FORMAT_FORCE 1
+
+/*
+ `mb_check`: write the repair.
+ */
+#define MB_CHECK_REPAIR 1
+
+/*
+ `mb_volume_inject_fault`: fail a read.
+ */
+#define MB_FAULT_READ 0
+
+/*
+ `mb_volume_inject_fault`: fail a write.
+ */
+#define MB_FAULT_WRITE 1
+
+/*
+ `mb_volume_inject_fault`: fail a flush.
+ */
+#define MB_FAULT_FLUSH 2
+
+/*
+ An allocator over a number of blocks.
+ */
 typedef struct MbAllocator MbAllocator;
 
-// An open regular file of a volume.
+/*
+ An open directory listing: the entries as they were at `mb_opendir`.
+ */
+typedef struct MbDir MbDir;
+
+/*
+ An open regular file of a volume.
+ */
 typedef struct MbFile MbFile;
 
-// A mounted volume.
+/*
+ A mounted volume.
+ */
 typedef struct MbVolume MbVolume;
 
-// A volume's shape and use.
-typedef struct MbVolumeStat {
-  // Bytes per block.
-  uint32_t block_size;
-  // Blocks in the volume.
-  uint64_t blocks;
-  // Free blocks (the allocator's count).
-  uint64_t free_blocks;
-  // Inodes in use (files, directories, links), the root included.
-  uint64_t inodes;
-} MbVolumeStat;
+/*
+ One allocation request.
+ */
+typedef struct MbAllocRequest {
+  /*
+   Blocks wanted.
+   */
+  uint32_t len;
+  /*
+   Fewest blocks accepted (0: 1).
+   */
+  uint32_t min_len;
+  /*
+   Where to look (see `goal_policy`).
+   */
+  uint64_t goal;
+  /*
+   `MB_GOAL_NONE`, `MB_GOAL_HINT`, `MB_GOAL_TRY` or `MB_GOAL_ONLY`.
+   */
+  int goal_policy;
+  /*
+   `MB_ALLOC_METADATA`, `MB_ALLOC_STREAM` or'd.
+   */
+  int flags;
+  /*
+   The stream key, with `MB_ALLOC_STREAM`.
+   */
+  uint64_t stream;
+} MbAllocRequest;
 
-// One extent of a file's map.
+/*
+ What an allocation got.
+ */
+typedef struct MbAllocation {
+  /*
+   First block.
+   */
+  uint64_t start;
+  /*
+   Blocks (from `min_len` to `len`).
+   */
+  uint32_t len;
+  /*
+   Which step found them (`MB_FOUND_*`).
+   */
+  int found_by;
+  /*
+   Groups scanned under their lock.
+   */
+  uint32_t groups_scanned;
+  /*
+   Free extents measured.
+   */
+  uint32_t extents_scanned;
+} MbAllocation;
+
+/*
+ What `stat` gives. Times are nanoseconds since the epoch.
+ */
+typedef struct MbStat {
+  /*
+   The inode number.
+   */
+  uint64_t ino;
+  /*
+   Bytes (a symbolic link: its target's length).
+   */
+  uint64_t size;
+  /*
+   512-byte units held, as `st_blocks`.
+   */
+  uint64_t blocks;
+  /*
+   Type and permission bits (`S_IFREG | 0644`, ...).
+   */
+  uint32_t mode;
+  /*
+   Names (`st_nlink`).
+   */
+  uint32_t nlink;
+  /*
+   Owner.
+   */
+  uint32_t uid;
+  /*
+   Group.
+   */
+  uint32_t gid;
+  /*
+   Bytes per block (`st_blksize`).
+   */
+  uint32_t block_size;
+  /*
+   chattr flags (`MB_FL_IMMUTABLE`, ...).
+   */
+  uint32_t flags;
+  /*
+   Device number of a device node.
+   */
+  uint32_t rdev;
+  /*
+   Last access.
+   */
+  int64_t atime_ns;
+  /*
+   Last change of the contents.
+   */
+  int64_t mtime_ns;
+  /*
+   Last change of the inode.
+   */
+  int64_t ctime_ns;
+  /*
+   Creation (0 if unknown).
+   */
+  int64_t btime_ns;
+} MbStat;
+
+/*
+ One extent of a file's map.
+ */
 typedef struct MbExtent {
-  // First logical block.
+  /*
+   First logical block.
+   */
   uint64_t logical;
-  // First physical block.
+  /*
+   First physical block.
+   */
   uint64_t physical;
-  // Blocks.
+  /*
+   Blocks.
+   */
   uint32_t length;
-  // 1 if allocated but not written (reads as zeros).
+  /*
+   1 if allocated but not written (reads as zeros).
+   */
   uint32_t unwritten;
 } MbExtent;
 
+/*
+ One entry of a directory.
+ */
+typedef struct MbDirEntry {
+  /*
+   Its inode.
+   */
+  uint64_t ino;
+  /*
+   Its type bits (`S_IFREG`, `S_IFDIR`, `S_IFLNK`, ...).
+   */
+  uint32_t kind;
+  /*
+   Its name, NUL-terminated.
+   */
+  char name[256];
+} MbDirEntry;
+
+/*
+ A volume's space and inodes, as `statvfs` gives them.
+ */
+typedef struct MbStatVfs {
+  /*
+   Bytes per block.
+   */
+  uint32_t block_size;
+  /*
+   Longest name, in bytes.
+   */
+  uint32_t name_max;
+  /*
+   Blocks a file can be given (the data area).
+   */
+  uint64_t blocks;
+  /*
+   Of them, free.
+   */
+  uint64_t free_blocks;
+  /*
+   Inode slots.
+   */
+  uint64_t inodes;
+  /*
+   Of them, free.
+   */
+  uint64_t free_inodes;
+} MbStatVfs;
+
+/*
+ What `mb_check` found.
+ */
+typedef struct MbCheck {
+  /*
+   1 if nothing is wrong.
+   */
+  int clean;
+  /*
+   1 if a repair (or a journal replay) was written.
+   */
+  int repaired;
+  /*
+   Problems found.
+   */
+  uint64_t problems;
+  /*
+   Reasons a repair was refused (nothing was written).
+   */
+  uint64_t refused;
+  /*
+   Inodes moved (or that would be moved) to lost+found.
+   */
+  uint64_t quarantined;
+  /*
+   Orphans the next mount removes (not a problem).
+   */
+  uint64_t orphans;
+  /*
+   Inodes, the root included.
+   */
+  uint64_t inodes;
+  /*
+   Of them, regular files.
+   */
+  uint64_t regular_files;
+  /*
+   Free data blocks.
+   */
+  uint64_t free_blocks;
+} MbCheck;
+
 #ifdef __cplusplus
 extern "C" {
-#endif // __cplusplus
+#endif /* __cplusplus */
 
-// The message of the calling thread's last failure ("" if none). Valid
-// until the thread's next mballoc call.
+/*
+ The message of the calling thread's last failure ("" if none). Valid
+ until the thread's next mballoc call.
+ */
 const char *mb_last_error(void);
 
-// The library's version ("0.1.0"), the same as the crates' and the
-// Python package's.
+/*
+ The library's version ("0.1.0"), the same as the crates' and the
+ Python package's.
+ */
 const char *mb_version(void);
 
-// Format a new volume file of `size` bytes (blocks of `block_size`; 0 for
-// 4096) at `path`. A path that holds anything is refused (`-EEXIST`
-// or `-EBUSY`): nothing is overwritten.
-int mb_format(const char *path, uint64_t size, uint32_t block_size);
-
-// Mount the volume at `path` (`flags`: 0, or `MB_VOLUME_READ_ONLY` and
-// `MB_VOLUME_STATS` or'd) and store the handle in `*out`.
-int mb_volume_open(const char *path, int flags, struct MbVolume **out);
-
-// Unmount: everything written reaches the disk and the volume is left
-// clean. Refused (`-EBUSY`, the handle still valid) while files are
-// open; on any other failure the handle is gone all the same (the next
-// mount recovers).
-int mb_volume_close(struct MbVolume *v);
-
-// Fill `*out` with the volume's shape and use.
-int mb_volume_stat(const struct MbVolume *v, struct MbVolumeStat *out);
-
-// The volume allocator's counters as `/proc/fs/ext4/DEV/mb_stats` prints
-// them; free with [`mb_string_free`]. NULL on failure.
-char *mb_volume_mb_stats(const struct MbVolume *v);
-
-// Free a string this library returned.
+/*
+ Free a string this library returned (NULL is ignored).
+ */
 void mb_string_free(char *s);
 
-// Make the directory `path` (its parent must exist).
-int mb_mkdir(const struct MbVolume *v, const char *path);
+/*
+ Make an allocator over `blocks` blocks of `block_size` bytes and store
+ the handle in `*out`. `options` (NULL for none) is a comma-separated
+ list of `KEY=VALUE` settings that act on the allocator:
+ `profile=kernel|default`, `mb_stats=1` (statistics, off by default as
+ in ext4) and the tunables by ext4's names (`mb_max_to_scan=50`, ...).
+ Any other is `-EINVAL`. Destroy with `mb_allocator_destroy`.
+ */
+int mb_allocator_new(uint64_t blocks,
+                     uint32_t block_size,
+                     const char *options,
+                     struct MbAllocator **out);
 
-// Open the regular file at `path` (`flags`: `MB_O_*`) and store the
-// handle in `*out`.
-int mb_file_open(const struct MbVolume *v, const char *path, int flags, struct MbFile **out);
+/*
+ Destroy an allocator (NULL is ignored). Its blocks are not "freed":
+ they are simply forgotten with it.
+ */
+void mb_allocator_destroy(struct MbAllocator *a);
 
-// Close a file (an unlinked file goes away at its last close).
+/*
+ Serve `*req` and fill `*out`: `-ENOSPC` when no extent of at least
+ `min_len` blocks is free (or, with `MB_GOAL_ONLY`, not at the goal);
+ `-EINVAL` for a request no volume could serve.
+ */
+int mb_allocator_allocate(const struct MbAllocator *a,
+                          const struct MbAllocRequest *req,
+                          struct MbAllocation *out);
+
+/*
+ The name of an `MbAllocation.found_by` (`"goal"`, `"CR_ANY_FREE"`,
+ ..., `"policy"`), or NULL for no such value. A static string.
+ */
+const char *mb_found_by_name(int found_by);
+
+/*
+ Give `len` blocks from `start` back. A block in the range that is free
+ already (freed before, or never allocated) is `-EINVAL`, and nothing
+ is given back.
+ */
+int mb_allocator_release(const struct MbAllocator *a, uint64_t start, uint64_t len);
+
+/*
+ Store the number of free blocks in `*out`.
+ */
+int mb_allocator_free_blocks(const struct MbAllocator *a, uint64_t *out);
+
+/*
+ The counters as `mb_stats` prints them; free with `mb_string_free`.
+ */
+char *mb_allocator_mb_stats(const struct MbAllocator *a);
+
+/*
+ Open the regular file at `path` (`flags`: `MB_O_*` or'd; `mode`: the
+ permission bits of a file it makes, 0 for 0644) and store the handle
+ in `*out`. Unknown flags are `-EINVAL`.
+ */
+int mb_file_open(const struct MbVolume *v,
+                 const char *path,
+                 int flags,
+                 uint32_t mode,
+                 struct MbFile **out);
+
+/*
+ Close a file (NULL is ignored); an unlinked file goes away at its last
+ close.
+ */
 int mb_file_close(struct MbFile *f);
 
-// Read up to `len` bytes at `offset` into `buf`: the count read (short
-// only at the end of the file), or a negative errno.
+/*
+ Read up to `len` bytes at `offset` into `buf`: the count read (short
+ only at the end of the file), or a negative errno.
+ */
 int64_t mb_file_read_at(const struct MbFile *f, uint8_t *buf, uintptr_t len, uint64_t offset);
 
-// Write the `len` bytes at `buf` at `offset`: `len`, or a negative errno
-// (then nothing was written).
+/*
+ Write the `len` bytes at `buf` at `offset` (at the end, for a file
+ opened with `MB_O_APPEND`): `len`, or a negative errno (then nothing
+ was written).
+ */
 int64_t mb_file_write_at(const struct MbFile *f,
                          const uint8_t *buf,
                          uintptr_t len,
                          uint64_t offset);
 
-// Store the file's size in bytes in `*out`.
+/*
+ Store the file's size in bytes in `*out`.
+ */
 int mb_file_size(const struct MbFile *f, uint64_t *out);
 
-// Make the file's data and metadata durable (`fsync`).
+/*
+ Fill `*out` with what the file is (`fstat`).
+ */
+int mb_file_stat(const struct MbFile *f, struct MbStat *out);
+
+/*
+ Make the file's data and metadata durable (`fsync`).
+ */
 int mb_file_sync(const struct MbFile *f);
 
-// Cut or extend the file to `size` bytes.
+/*
+ Cut or extend the file to `size` bytes.
+ */
 int mb_file_set_len(const struct MbFile *f, uint64_t size);
 
-// Reserve blocks for `[offset, offset + len)`; the size grows to cover
-// them unless `flags` has `MB_FALLOC_KEEP_SIZE`.
-int mb_file_allocate(const struct MbFile *f, uint64_t offset, uint64_t len, int flags);
+/*
+ `fallocate(2)` on `[offset, offset + len)`: with `flags` 0 reserve
+ blocks and grow the size to cover them; `MB_FALLOC_KEEP_SIZE` reserve
+ only; `MB_FALLOC_PUNCH_HOLE` deallocate; `MB_FALLOC_ZERO_RANGE` (with
+ or without `MB_FALLOC_KEEP_SIZE`) zero. Every mode is all or nothing.
+ */
+int mb_file_fallocate(const struct MbFile *f, int flags, uint64_t offset, uint64_t len);
 
-// Deallocate `[offset, offset + len)`; it reads as zeros after.
-int mb_file_punch(const struct MbFile *f, uint64_t offset, uint64_t len);
-
-// The file's extent map: up to `cap` extents into `out` (which may be
-// NULL when `cap` is 0), and the total number in `*count`.
+/*
+ The file's extent map: up to `cap` extents into `out` (which may be
+ NULL when `cap` is 0), and the total number in `*count`.
+ */
 int mb_file_extents(const struct MbFile *f, struct MbExtent *out, uintptr_t cap, uintptr_t *count);
 
-// Make an allocator over `blocks` blocks of `block_size` bytes, with
-// `profile` "kernel" (ext4's behaviour wherever the engine's defaults
-// differ) or "default" (NULL is "default"); statistics on. Stores the
-// handle in `*out`.
-int mb_allocator_new(uint64_t blocks,
-                     uint32_t block_size,
-                     const char *profile,
-                     struct MbAllocator **out);
+/*
+ Make the directory `path` with permission bits `mode` (0 for 0755);
+ its parent must exist.
+ */
+int mb_mkdir(const struct MbVolume *v, const char *path, uint32_t mode);
 
-// Free an allocator.
-void mb_allocator_free(struct MbAllocator *a);
+/*
+ Remove the empty directory `path`.
+ */
+int mb_rmdir(const struct MbVolume *v, const char *path);
 
-// Allocate up to `len` blocks near `goal`: the extent in `*start` and
-// `*got` (possibly shorter than asked, as mballoc's best effort is).
-int mb_allocator_allocate(const struct MbAllocator *a,
-                          uint64_t goal,
-                          uint32_t len,
-                          uint64_t *start,
-                          uint32_t *got);
+/*
+ Remove the name `path` (not a directory); the file goes when its last
+ name and last open handle are gone.
+ */
+int mb_unlink(const struct MbVolume *v, const char *path);
 
-// Give `len` blocks from `start` back (a double free is `-EINVAL`).
-int mb_allocator_release(const struct MbAllocator *a, uint64_t start, uint64_t len);
+/*
+ Move `from` to `to`, replacing what `to` names (`rename(2)`); `flags`:
+ 0, `MB_RENAME_NOREPLACE` or `MB_RENAME_EXCHANGE`.
+ */
+int mb_rename(const struct MbVolume *v, const char *from, const char *to, int flags);
 
-// Free blocks.
-uint64_t mb_allocator_free_blocks(const struct MbAllocator *a);
+/*
+ Give the file `from` the further name `to` (`link(2)`).
+ */
+int mb_link(const struct MbVolume *v, const char *from, const char *to);
 
-// The counters as `mb_stats` prints them; free with `mb_string_free`.
-char *mb_allocator_mb_stats(const struct MbAllocator *a);
+/*
+ Make `link` a symbolic link to `target`.
+ */
+int mb_symlink(const struct MbVolume *v, const char *target, const char *link);
+
+/*
+ The target of the symbolic link `path`: up to `cap` bytes into `buf`
+ (no NUL added, as `readlink(2)`), and its whole length as the answer.
+ */
+int64_t mb_readlink(const struct MbVolume *v, const char *path, char *buf, uintptr_t cap);
+
+/*
+ Fill `*out` with what `path` is (`flags`: 0, or `MB_STAT_NOFOLLOW` to
+ describe a symbolic link itself).
+ */
+int mb_stat(const struct MbVolume *v, const char *path, int flags, struct MbStat *out);
+
+/*
+ Cut or extend the file `path` to `size` bytes (`truncate(2)`).
+ */
+int mb_truncate(const struct MbVolume *v, const char *path, uint64_t size);
+
+/*
+ Set the permission bits of `path` (`chmod(2)`).
+ */
+int mb_chmod(const struct MbVolume *v, const char *path, uint32_t mode);
+
+/*
+ Set the chattr flags of `path` (`MB_FL_IMMUTABLE`, `MB_FL_APPEND`,
+ `MB_FL_SYNC`; 0 clears them).
+ */
+int mb_set_flags(const struct MbVolume *v, const char *path, uint32_t flags);
+
+/*
+ List the directory `path`: store a listing in `*out` for `mb_readdir`,
+ to close with `mb_closedir`. The listing is the directory as it was
+ now; later changes do not show in it.
+ */
+int mb_opendir(const struct MbVolume *v, const char *path, struct MbDir **out);
+
+/*
+ The listing's next entry into `*out`: 1, or 0 after the last (by name;
+ `.` and `..` are not listed).
+ */
+int mb_readdir(struct MbDir *d, struct MbDirEntry *out);
+
+/*
+ Free a listing (NULL is ignored).
+ */
+void mb_closedir(struct MbDir *d);
+
+/*
+ The value of extended attribute `name` (`user.x`) of `path`: up to
+ `cap` bytes into `buf`, and its whole length as the answer (`cap` 0
+ asks only the length), as `getxattr(2)`.
+ */
+int64_t mb_getxattr(const struct MbVolume *v,
+                    const char *path,
+                    const char *name,
+                    uint8_t *buf,
+                    uintptr_t cap);
+
+/*
+ Set extended attribute `name` of `path` to the `len` bytes at `value`
+ (`flags`: 0, `MB_XATTR_CREATE` or `MB_XATTR_REPLACE`).
+ */
+int mb_setxattr(const struct MbVolume *v,
+                const char *path,
+                const char *name,
+                const uint8_t *value,
+                uintptr_t len,
+                int flags);
+
+/*
+ The names of `path`'s extended attributes, each NUL-terminated, one
+ after another: up to `cap` bytes into `buf`, and the whole length as
+ the answer, as `listxattr(2)`.
+ */
+int64_t mb_listxattr(const struct MbVolume *v, const char *path, char *buf, uintptr_t cap);
+
+/*
+ Remove extended attribute `name` of `path`.
+ */
+int mb_removexattr(const struct MbVolume *v, const char *path, const char *name);
+
+/*
+ Format a new volume file of `size` bytes (blocks of `block_size`; 0 for
+ 4096) at `path`. A path that holds anything is refused (`-EEXIST` or
+ `-EBUSY`) unless `flags` has `MB_FORMAT_FORCE`; a size or block size
+ no volume can have is `-EINVAL`.
+ */
+int mb_format(const char *path, uint64_t size, uint32_t block_size, int flags);
+
+/*
+ Mount the volume file at `path` and store the handle in `*out`.
+ `options` (NULL for none) is a comma-separated list: `ro` (read-only:
+ nothing is written, not even a replay), `stats` (count `mb_stats`, off
+ by default as in ext4), `fault_injection` (mount through a device
+ `mb_volume_inject_fault` can fail), and any `KEY=VALUE` a mount takes:
+ `commit=SECONDS` (5 by default; 0: only sync and close make writes
+ durable), `cache_bytes=`, `folio_size=`, `profile=kernel|default`, and
+ the engine's settings by name (`mb_max_to_scan=50`; `mballoc lab
+ settings` lists them). An unknown option or bad value is `-EINVAL`.
+ */
+int mb_volume_open(const char *path, const char *options, struct MbVolume **out);
+
+/*
+ Unmount: everything written reaches the disk, the volume is left clean,
+ and the handle is gone whatever the answer (after a failure the next
+ mount recovers as after a crash). Files still open are not freed: each
+ fails `-EBADF` from then on and must still be closed.
+ */
+int mb_volume_close(struct MbVolume *v);
+
+/*
+ Write back every file and commit: what was written is durable.
+ */
+int mb_volume_sync(const struct MbVolume *v);
+
+/*
+ Fill `*out` with the volume's space and inode counts.
+ */
+int mb_volume_statvfs(const struct MbVolume *v, struct MbStatVfs *out);
+
+/*
+ The value of engine setting `key` in force on the volume, as text;
+ free with `mb_string_free`. NULL (and `mb_last_error`) for no such key.
+ */
+char *mb_volume_setting(const struct MbVolume *v, const char *key);
+
+/*
+ The volume allocator's counters as `/proc/fs/ext4/DEV/mb_stats` prints
+ them; free with `mb_string_free`. NULL on failure.
+ */
+char *mb_volume_mb_stats(const struct MbVolume *v);
+
+/*
+ Check the unmounted volume file at `path` (with `MB_CHECK_REPAIR`, fix
+ what can be fixed without destroying anything not proven bad) and fill
+ `*out`. `problems`, if not NULL, receives the report's lines (problems,
+ then refusals and what went to lost+found), to free with
+ `mb_string_free`.
+ */
+int mb_check(const char *path, int flags, struct MbCheck *out, char **problems);
+
+/*
+ On a volume opened with `fault_injection`: fail the `nth` next device
+ call of kind `op` (`MB_FAULT_READ`, `MB_FAULT_WRITE`, `MB_FAULT_FLUSH`)
+ with `EIO`, once, or (`persistent` non-zero) from then on.
+ */
+int mb_volume_inject_fault(const struct MbVolume *v, int op, uint64_t nth, int persistent);
+
+/*
+ Disarm an injected fault.
+ */
+int mb_volume_heal(const struct MbVolume *v);
 
 #ifdef __cplusplus
-}  // extern "C"
-#endif  // __cplusplus
+}  /* extern "C" */
+#endif  /* __cplusplus */
 
 #endif  /* MBALLOC_H */

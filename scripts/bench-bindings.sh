@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sequential write of 1 GiB in 1 MiB writes (then fsync) through the Rust
-# API, the C API and the Python file object, in the same run, interleaved,
-# REPEATS times each (default 5): medians with min-max, and each binding's
+# API, the C API and the Python file object, in the same run, interleaved
+# in a rotating order, REPEATS times each (default 5): medians with min-max, and each binding's
 # throughput as a ratio of Rust's. Volume files go in $BENCH_DIR (default
 # target/bench-bindings, on the disk the build is on).
 #
@@ -18,8 +18,14 @@ cargo build -q --release -p mballoc-c
 cc -O2 -Wall examples/c/seqwrite.c -Iinclude target/release/libmballoc_c.a -lpthread -ldl -lm -o target/seqwrite-c
 python3 -c "import mballoc" 2>/dev/null || { echo "install the Python package first: pip install ./crates/mballoc-py" >&2; exit 1; }
 declare -A runs
+orders=("rust c python" "c python rust" "python rust c")
 for r in $(seq 0 "$repeats"); do
-    for lang in rust c python; do
+    # Each round in another order, so that no API always follows the same
+    # one (the disk is still settling the last run's 1 GiB).
+    for lang in ${orders[$((r % 3))]}; do
+        # A fresh volume file for every run: writing over the blocks an
+        # earlier run left would spare the host file system its allocation.
+        rm -f "$dir/vol"
         case $lang in
             rust) s=$(target/release/examples/seqwrite "$dir/vol" $total $chunk) ;;
             c) s=$(target/seqwrite-c "$dir/vol" $total $chunk) ;;

@@ -15,9 +15,9 @@ import mballoc
 path, total, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if os.path.exists(path):
     os.unlink(path)
-mballoc.Volume.format(path, size=total * 2)
+mballoc.format(path, size=total * 2)
 buf = bytes((i * 7 + 3) & 0xFF for i in range(chunk))
-with mballoc.Volume.open(path, stats=False) as vol:
+with mballoc.mount(path) as vol:
     with vol.open("/seq", "wb") as f:
         t = time.perf_counter()
         done = 0

@@ -9,6 +9,7 @@
 
 # %%
 import os
+from typing import Dict, List
 
 import matplotlib
 
@@ -19,7 +20,7 @@ import matplotlib.pyplot as plt
 import mballoc
 
 values = [1, 4, 16, 64, 200]
-table = {}  # variant -> [avg extents per file, one per value]
+table: Dict[str, List[float]] = {}  # variant -> [avg extents per file, one per value]
 for v in values:
     r = mballoc.lab.run(
         "small-files-fragmented",

@@ -251,7 +251,7 @@ pub fn own_volume(image: &Path, order: &[Mode]) -> Result<String> {
             Mode::Files => {
                 let mut stack = vec![(vol.root(), String::new())];
                 while let Some((dir, prefix)) = stack.pop() {
-                    for e in vol.read_dir(dir)? {
+                    for e in vol.dir_entries(dir)? {
                         let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
                         if e.is_dir {
                             stack.push((e.ino, path));

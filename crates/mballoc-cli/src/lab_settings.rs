@@ -7,7 +7,7 @@ use mballoc_lab::settings::{engine, kernel, WORKLOAD_KEYS};
 pub fn print() {
     println!("engine.KEY: every engine row; the profile is applied first, then the keys in order.");
     println!("  {:<30} {:<12} {:<12} {:<10} {:<26} what", "key", "default", "kernel", "unit", "range");
-    for k in engine::ENGINE_KEYS {
+    for k in engine::keys() {
         let (own, kernel) = engine::defaults(k.key);
         println!("  {:<30} {:<12} {:<12} {:<10} {:<26} {}", k.key, own, kernel, k.unit, k.range, k.about);
     }

@@ -62,12 +62,12 @@ fn check_and_inspect_count_alike() {
     {
         let dev = mballoc_vol::FileDevice::open(&vol, mballoc_vol::OpenMode::ReadWrite).unwrap();
         let vol = mballoc_vol::Volume::open(std::sync::Arc::new(dev), Default::default()).unwrap();
-        vol.mkdir_path("/d").unwrap();
+        vol.create_dir("/d").unwrap();
         let rw = mballoc_vol::OpenOptions::new().write(true).create(true).clone();
         for p in ["/a", "/d/b", "/d/c"] {
             vol.file(p, &rw).unwrap().write_at(b"data", 0).unwrap();
         }
-        vol.symlink(vol.root(), b"s", b"a", mballoc_vol::Owner::default()).unwrap();
+        vol.symlink_at(vol.root(), b"s", b"a", mballoc_vol::Owner::default()).unwrap();
         vol.unmount().unwrap();
     }
     // Root, /d, three files and a symbolic link: six inodes, three files.

@@ -4,7 +4,7 @@
 //! The engine numbers blocks from 0 in group 0; ext4 numbers them from
 //! `s_first_data_block` (1 with 1 KiB blocks). Engine block = ext4 block −
 //! first data block; an engine "block" is an ext4 cluster under bigalloc
-//! ([`FsConfig::cluster_bits`]), whose volumes start at block 0: [`load`]
+//! ([`Shape::cluster_bits`](mballoc_fs::Shape::cluster_bits)), whose volumes start at block 0: [`load`]
 //! maps each file's clusters, and refuses a file whose extents split a
 //! cluster between two physical clusters or two states.
 

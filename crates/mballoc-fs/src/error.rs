@@ -56,6 +56,16 @@ pub enum FsError {
         block: u64,
     },
 
+    /// A setting by name ([`crate::FsConfig::set`]) that is no setting, or
+    /// a value it does not take.
+    #[error("setting {key}: {why}")]
+    Setting {
+        /// The setting's name (or the whole text, if it was not KEY=VALUE).
+        key: String,
+        /// What is wrong.
+        why: String,
+    },
+
     /// A configuration the file layer cannot use.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

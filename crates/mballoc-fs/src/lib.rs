@@ -56,7 +56,7 @@
 //!
 //! ## Clusters
 //!
-//! On an ext4 volume made with bigalloc ([`FsConfig::cluster_bits`]) the
+//! On an ext4 volume made with bigalloc ([`Shape::cluster_bits`](crate::Shape::cluster_bits)) the
 //! allocator's blocks are clusters, and so are the file layer's: files are
 //! mapped, reserved, preallocated and freed a cluster at a time, as ext4
 //! does. ext4's own arithmetic in blocks (the stream threshold, window
@@ -101,6 +101,7 @@ mod page_cache;
 mod percpu;
 mod prealloc;
 mod ranges;
+mod settings;
 mod space;
 mod view;
 
@@ -125,6 +126,7 @@ pub use namespace::{DirFormat, DirHash, DirLayout, Ext4Namespace, LayoutError, R
 pub use normalize::{Normalization, PreallocTable, MAX_LOGICAL_BLOCKS};
 pub use page_cache::PageCache;
 pub use ranges::RangeSet;
+pub use settings::{setting, Part, Setting, SETTINGS};
 pub use view::{AllocatorView, FsView};
 
 // Thread safety, checked when the crate compiles: an `Fs` is shared by

@@ -81,7 +81,7 @@ impl VolumeFs {
             _ => return Err(libc::EINVAL),
         };
         let kill_sgid = ext & SETXATTR_ACL_KILL_SGID != 0;
-        match self.vol.set_xattr(FileId(ino), name, value, how) {
+        match self.vol.set_xattr_at(FileId(ino), name, value, how) {
             // A name in no namespace the volume keeps: ext4 answers EOPNOTSUPP.
             Err(VolError::InvalidName { .. }) => return Err(libc::EOPNOTSUPP),
             Err(e) => return Err(errno(&e)),
@@ -101,12 +101,12 @@ impl VolumeFs {
     }
 
     pub(crate) fn getxattr(&self, ino: u64, name: &[u8], size: u32, out: &mut Out) -> Done {
-        let v = self.vol.get_xattr(FileId(ino), name).map_err(|e| errno(&e))?;
+        let v = self.vol.get_xattr_at(FileId(ino), name).map_err(|e| errno(&e))?;
         sized(out, size, &v)
     }
 
     pub(crate) fn listxattr(&self, ino: u64, size: u32, out: &mut Out) -> Done {
-        let names = self.vol.list_xattrs(FileId(ino)).map_err(|e| errno(&e))?;
+        let names = self.vol.list_xattrs_at(FileId(ino)).map_err(|e| errno(&e))?;
         let mut all = Vec::new();
         for n in names {
             all.extend_from_slice(&n);
@@ -116,7 +116,7 @@ impl VolumeFs {
     }
 
     pub(crate) fn removexattr(&self, ino: u64, name: &[u8]) -> Done {
-        self.vol.remove_xattr(FileId(ino), name).map_err(|e| errno(&e))?;
+        self.vol.remove_xattr_at(FileId(ino), name).map_err(|e| errno(&e))?;
         self.invalidate(ino);
         Ok(())
     }

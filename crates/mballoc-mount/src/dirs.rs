@@ -88,7 +88,7 @@ fn put_dirent(out: &mut Out, e: &Entry, next: u64, room: usize) -> bool {
 
 impl VolumeFs {
     fn listing(&self, dir: u64) -> Result<Vec<Entry>, VolError> {
-        let entries = self.vol.read_dir(FileId(dir))?;
+        let entries = self.vol.dir_entries(FileId(dir))?;
         let parent = self.vol.attr(FileId(dir))?.parent().unwrap_or(dir);
         let mut out = Vec::with_capacity(entries.len() + 2);
         out.push(Entry { ino: dir, kind: S_IFDIR, name: b".".to_vec() });

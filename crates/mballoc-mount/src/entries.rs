@@ -61,7 +61,7 @@ impl VolumeFs {
     }
 
     pub(crate) fn readlink(&self, ino: u64, out: &mut Out) -> Done {
-        let t = self.vol.readlink(FileId(ino)).map_err(|e| errno(&e))?;
+        let t = self.vol.link_target(FileId(ino)).map_err(|e| errno(&e))?;
         out.raw(&t);
         Ok(())
     }
@@ -84,7 +84,7 @@ impl VolumeFs {
             // A regular file made by mknod is closed at once.
             self.vol.create_at(FileId(parent), n, o).and_then(|f| self.vol.close(f).map(|()| f.0))
         } else {
-            self.vol.mknod(FileId(parent), n, kind, rdev, o).map(|f| f.0)
+            self.vol.mknod_at(FileId(parent), n, kind, rdev, o).map(|f| f.0)
         };
         let ino = made.map_err(|e| errno(&e))?;
         self.entry(ino, out)
@@ -92,14 +92,14 @@ impl VolumeFs {
 
     pub(crate) fn mkdir(&self, c: Caller, parent: u64, n: &[u8], mode: u32, umask: u32, out: &mut Out) -> Done {
         let n = name(n)?;
-        let f = self.vol.mkdir(FileId(parent), n, owner(c, mode, umask)).map_err(|e| errno(&e))?;
+        let f = self.vol.mkdir_at(FileId(parent), n, owner(c, mode, umask)).map_err(|e| errno(&e))?;
         self.entry(f.0, out)
     }
 
     pub(crate) fn symlink(&self, c: Caller, parent: u64, n: &[u8], target: &[u8], out: &mut Out) -> Done {
         let n = name(n)?;
         let o = Owner { mode: 0o777, umask: 0, uid: c.uid, gid: c.gid };
-        match self.vol.symlink(FileId(parent), n, target, o) {
+        match self.vol.symlink_at(FileId(parent), n, target, o) {
             Ok(f) => self.entry(f.0, out),
             Err(VolError::InvalidName { .. }) => Err(libc::ENAMETOOLONG),
             Err(e) => Err(errno(&e)),
@@ -111,7 +111,7 @@ impl VolumeFs {
     }
 
     pub(crate) fn rmdir(&self, parent: u64, n: &[u8]) -> Done {
-        self.vol.rmdir(FileId(parent), n).map_err(|e| errno(&e))
+        self.vol.rmdir_at(FileId(parent), n).map_err(|e| errno(&e))
     }
 
     pub(crate) fn rename(&self, c: Caller, parent: u64, n: &[u8], newparent: u64, newname: &[u8], flags: u32) -> Done {
@@ -130,14 +130,14 @@ impl VolumeFs {
             let o = Owner { mode: 0, umask: 0, uid: c.uid, gid: c.gid };
             self.vol.rename_whiteout(FileId(parent), n, FileId(newparent), newname, how, o)
         } else {
-            self.vol.rename(FileId(parent), n, FileId(newparent), newname, how)
+            self.vol.rename_at(FileId(parent), n, FileId(newparent), newname, how)
         };
         r.map_err(|e| errno(&e))
     }
 
     pub(crate) fn link(&self, ino: u64, newparent: u64, newname: &[u8], out: &mut Out) -> Done {
         let newname = name(newname)?;
-        match self.vol.link(FileId(ino), FileId(newparent), newname) {
+        match self.vol.link_at(FileId(ino), FileId(newparent), newname) {
             Ok(()) => self.entry(ino, out),
             Err(VolError::IsADirectory(_)) => Err(libc::EPERM),
             // A full attribute string means too many links.

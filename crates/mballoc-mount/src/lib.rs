@@ -69,7 +69,6 @@ pub use table::{is_mounted, mounted_source, umount};
 
 use anyhow::{Context, Result};
 use fuse::mount::MountSpec;
-use mballoc_fs::FsConfig;
 use mballoc_vol::{Access, FileDevice, MountOptions, OpenMode, Volume};
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
@@ -139,14 +138,11 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     }
     let devices = open_devices(args)?;
     let access = if c.read_only { Access::ReadOnly } else { Access::ReadWrite };
-    let opts = MountOptions { folio_size: c.folio, access, commit: c.commit, ..MountOptions::default() };
-    let profile = c.profile;
-    let vol = Volume::open_with(devices.volume.clone(), opts, |cfg| {
-        if profile == Profile::Kernel {
-            *cfg = FsConfig::kernel(cfg.shape.geometry);
-        }
-    })
-    .with_context(|| format!("mounting {}", args.volume.display()))?;
+    // The profile first, then the engine's settings in the order given.
+    let settings = std::iter::once(format!("profile={}", c.profile.name())).chain(c.settings.iter().cloned()).collect();
+    let opts = MountOptions { folio_size: c.folio, access, commit: c.commit, settings, ..MountOptions::default() };
+    let vol =
+        Volume::open(devices.volume.clone(), opts).with_context(|| format!("mounting {}", args.volume.display()))?;
     let source = std::fs::canonicalize(&args.volume).unwrap_or_else(|_| args.volume.clone());
     let table_source = match &devices.block {
         Some(b) => b.display().to_string(),

@@ -70,6 +70,9 @@ pub struct MountConfig {
     pub loop_device: bool,
     /// Print per-request counters at unmount (and on SIGUSR1).
     pub stats: bool,
+    /// The engine's settings by name (`mb_max_to_scan=50`), applied after
+    /// the profile: any that [`mballoc_vol::MountOptions::set`] takes.
+    pub settings: Vec<String>,
 }
 
 impl Default for MountConfig {
@@ -83,6 +86,7 @@ impl Default for MountConfig {
             atime: Atime::Relatime,
             loop_device: false,
             stats: false,
+            settings: Vec::new(),
         }
     }
 }
@@ -134,9 +138,15 @@ impl MountConfig {
                     }
                 }
                 k if IGNORED.contains(&k) || k.starts_with("x-") => {}
+                k if value.is_some() && mballoc_fs::setting(k).is_some() => {
+                    let v = need()?;
+                    mballoc_vol::MountOptions::default().set(k, v)?;
+                    self.settings.push(format!("{k}={v}"));
+                }
                 k => bail!(
                     "unknown mount option {k:?}; known: commit=SECS, ro, noatime, relatime, strictatime, \
-                     loop, stats, folio=SIZE, threads=N, profile=default|kernel"
+                     loop, stats, folio=SIZE, threads=N, profile=default|kernel, and the engine's settings \
+                     (mb_max_to_scan=N, ...: `mballoc lab settings` lists them)"
                 ),
             }
         }
@@ -166,6 +176,7 @@ impl MountConfig {
         if self.stats {
             v.push("stats".into());
         }
+        v.extend(self.settings.iter().cloned());
         v.join(",")
     }
 }
@@ -190,13 +201,24 @@ mod tests {
     #[test]
     fn options_round_trip_and_bad_ones_are_named() {
         let mut c = MountConfig::default();
-        c.apply("commit=10,ro,noatime,folio=64K,threads=8,profile=kernel,loop,defaults,x-systemd.automount").unwrap();
+        c.apply("commit=10,ro,noatime,folio=64K,threads=8,profile=kernel,loop,defaults,x-systemd.automount,mb_max_to_scan=50")
+            .unwrap();
+        assert_eq!(c.settings, ["mb_max_to_scan=50"]);
         assert_eq!(c.commit, Duration::from_secs(10));
         assert!(c.read_only && c.atime == Atime::NoAtime && c.folio == 64 << 10 && c.threads == 8 && c.loop_device);
         let mut d = MountConfig::default();
         d.apply(&c.to_options()).unwrap();
         assert_eq!(c, d);
-        for bad in ["commit", "commit=x", "bogus", "threads=0", "profile=xfs", "folio=4G"] {
+        for bad in [
+            "commit",
+            "commit=x",
+            "bogus",
+            "threads=0",
+            "profile=xfs",
+            "folio=4G",
+            "mb_max_to_scan=0",
+            "inodes_per_group=8",
+        ] {
             assert!(MountConfig::default().apply(bad).is_err(), "{bad}");
         }
     }

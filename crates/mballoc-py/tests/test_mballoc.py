@@ -14,13 +14,13 @@ import mballoc
 @pytest.fixture
 def vol_path(tmp_path):
     path = str(tmp_path / "vol")
-    mballoc.Volume.format(path, size=256 << 20)
+    mballoc.format(path, size=256 << 20)
     return path
 
 
 def test_write_fsync_read_extents_stats(vol_path):
     data = bytes((i * 7 + 3) & 0xFF for i in range(3 << 20))
-    with mballoc.Volume.open(vol_path) as vol:
+    with mballoc.mount(vol_path, stats=True) as vol:
         vol.mkdir("/data")
         with vol.open("/data/blob", "wb") as f:
             assert f.write(data) == len(data)
@@ -30,7 +30,7 @@ def test_write_fsync_read_extents_stats(vol_path):
             assert f.read(4096) == data[1 << 20 : (1 << 20) + 4096]
             assert f.tell() == (1 << 20) + 4096
         assert vol.listdir("/data") == ["blob"]
-        assert vol.stat("/data/blob").size == len(data)
+        assert vol.stat("/data/blob").st_size == len(data)
         ext = vol.extents("/data/blob")
         assert sum(length for _, _, length in ext) * vol.block_size == len(data)
         assert all(isinstance(x, int) for e in ext for x in e)
@@ -39,13 +39,13 @@ def test_write_fsync_read_extents_stats(vol_path):
         groups = vol.mb_groups()
         assert groups[0]["group"] == 0 and sum(g["free"] for g in groups) > 0
     # Durable: a new mount reads it back.
-    with mballoc.Volume.open(vol_path, read_only=True) as vol:
+    with mballoc.mount(vol_path, read_only=True) as vol:
         with vol.open("/data/blob") as f:
             assert f.read() == data
 
 
 def test_file_object_protocol(vol_path):
-    with mballoc.Volume.open(vol_path) as vol:
+    with mballoc.mount(vol_path) as vol:
         with vol.open("/f", "w+b") as f:
             assert isinstance(f, io.RawIOBase) and f.writable() and f.readable()
             f.write(b"hello world")
@@ -66,7 +66,7 @@ def test_file_object_protocol(vol_path):
 
 
 def test_errors_are_oserrors_with_errno(vol_path):
-    with mballoc.Volume.open(vol_path) as vol:
+    with mballoc.mount(vol_path) as vol:
         with pytest.raises(FileNotFoundError):
             vol.open("/missing", "rb")
         vol.open("/x", "wb").close()
@@ -78,14 +78,14 @@ def test_errors_are_oserrors_with_errno(vol_path):
         with pytest.raises(io.UnsupportedOperation):
             vol.open("/x", "rb").write(b"no")
     with pytest.raises(OSError) as e:
-        mballoc.Volume.format(vol_path, size=64 << 20)
+        mballoc.format(vol_path, size=64 << 20)
     assert e.value.errno in (errno.EBUSY, errno.EEXIST)
 
 
 def test_a_full_volume_is_enospc(tmp_path):
     path = str(tmp_path / "small")
-    mballoc.Volume.format(path, size=16 << 20)
-    with mballoc.Volume.open(path) as vol:
+    mballoc.format(path, size=16 << 20)
+    with mballoc.mount(path) as vol:
         with vol.open("/big", "wb") as f:
             with pytest.raises(OSError) as e:
                 for _ in range(64):
@@ -95,15 +95,37 @@ def test_a_full_volume_is_enospc(tmp_path):
 
 
 def test_allocator():
-    a = mballoc.Allocator(blocks=1 << 20, block_size=4096, profile="kernel")
-    start, length = a.allocate(goal=5000, length=64)
-    assert length == 64 and a.free_blocks == (1 << 20) - 64
-    a.free(start, length)
+    a = mballoc.Allocator(blocks=1 << 20, block_size=4096, profile="kernel", stats=True)
+    got = a.allocate(64, goal=5000, goal_policy="try")
+    assert (got.start, got.length, got.found_by) == (5000, 64, "goal")
+    assert a.free_blocks == (1 << 20) - 64
+    a.free(got.start, got.length)
     assert a.stats()["reqs"] == 1
-    with pytest.raises(ValueError):
-        a.free(start, length)
+    with pytest.raises(ValueError, match="free already"):
+        a.free(got.start, got.length)
     with pytest.raises(ValueError):
         mballoc.Allocator(blocks=1 << 20, profile="fastest")
+    with pytest.raises(ValueError, match="file layer"):
+        mballoc.Allocator(blocks=1 << 20, settings={"close": "ext4"})
+    assert mballoc.Allocator(blocks=1 << 20).stats() == {}, "statistics are off unless asked for, as in Rust and C"
+
+
+def test_allocator_takes_the_whole_request():
+    a = mballoc.Allocator(blocks=1 << 18, settings={"mb_max_to_scan": 50})
+    first = a.allocate(8, goal=100, goal_policy="only")
+    assert first.start == 100 and first.found_by == "goal"
+    with pytest.raises(OSError) as e:
+        a.allocate(8, goal=100, goal_policy="only")
+    assert e.value.errno == errno.ENOSPC
+    meta = a.allocate(4, metadata=True, min_length=4)
+    assert meta.length == 4 and meta.found_by.startswith("CR_")
+    s1 = a.allocate(16, stream=1)
+    s2 = a.allocate(16, stream=1)
+    assert s2.start == s1.start + 16, "a stream's requests follow each other"
+    with pytest.raises(ValueError):
+        a.allocate(0)
+    with pytest.raises(ValueError):
+        a.allocate(8, goal_policy="only")
 
 
 def test_lab_run_matches_the_cli_json():

@@ -5,8 +5,8 @@
 //! blocks become free), bitmaps and counters rebuilt.
 
 use crate::device::Device;
-use crate::error::{Result, VolError};
-use crate::format::{Superblock, VolumeState, SUPERBLOCK_BYTES};
+use crate::error::Result;
+use crate::format::{Superblock, VolumeState};
 use crate::home::{Home, ReadMode, Scope};
 
 /// Whether `check` writes.
@@ -112,8 +112,7 @@ pub fn check(dev: &dyn Device, repair: Repair) -> Result<CheckReport> {
 /// [`check`], with leave to take the answers in `force` where a repair
 /// would otherwise refuse. The report says which it took.
 pub fn check_with(dev: &dyn Device, repair: Repair, force: &[Force]) -> Result<CheckReport> {
-    let mut head = vec![0u8; SUPERBLOCK_BYTES];
-    dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
+    let head = crate::format::read_superblock(dev)?;
     let sb = Superblock::decode(&head, dev.len())?;
     let stopped = sb.error.clone();
     let scan = Home::read(dev, sb, ReadMode::Salvage)?;

@@ -8,8 +8,9 @@
 use crate::check::{check, Repair};
 use crate::device::{Device, MemDevice};
 use crate::format::{FormatOptions, Superblock, INODE_BYTES, SUPERBLOCK_BYTES};
+use crate::mount_options::MountOptions;
 use crate::records::InodeRecord;
-use crate::volume::{MountOptions, Volume};
+use crate::volume::Volume;
 use crate::wal;
 use crate::VolError;
 use mballoc_fs::{Change, FileId};

@@ -21,8 +21,15 @@ pub enum VolError {
     },
 
     /// Not a volume of this format.
-    #[error("bad magic: not an mballoc volume")]
+    #[error("not an mballoc volume (bad magic)")]
     BadMagic,
+
+    /// A device too short to hold a superblock.
+    #[error("{bytes} bytes: too small to be an mballoc volume")]
+    TooSmall {
+        /// The device's length.
+        bytes: u64,
+    },
 
     /// A structure failed its checksum.
     #[error("{structure} at block {block}: checksum mismatch")]
@@ -183,9 +190,22 @@ pub enum VolError {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// More symbolic links in one path than [`crate::MAX_SYMLINK_FOLLOWS`].
+    #[error("too many levels of symbolic links")]
+    TooManyLinks,
+
     /// The file layer refused the operation.
     #[error(transparent)]
     Fs(#[from] FsError),
+
+    /// An error of a path-level call, with the caller's path.
+    #[error("{}: {source}", path.display())]
+    At {
+        /// The path the caller gave.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        source: Box<VolError>,
+    },
 }
 
 impl VolError {
@@ -195,6 +215,23 @@ impl VolError {
 
     pub(crate) fn corrupt(structure: &'static str, block: u64, detail: impl Into<String>) -> VolError {
         VolError::Corrupt { structure, block, detail: detail.into() }
+    }
+
+    /// This error with the caller's `path` (once: an error that has a path
+    /// keeps it).
+    pub(crate) fn at(self, path: &std::path::Path) -> VolError {
+        match self {
+            VolError::At { .. } => self,
+            e => VolError::At { path: path.to_path_buf(), source: Box::new(e) },
+        }
+    }
+
+    /// The error underneath any path ([`VolError::At`]): what to match on.
+    pub fn cause(&self) -> &VolError {
+        match self {
+            VolError::At { source, .. } => source.cause(),
+            e => e,
+        }
     }
 
     /// The errno POSIX gives for this error (`EIO` where none fits
@@ -210,7 +247,11 @@ impl VolError {
             VolError::NotEmpty(_) => libc::ENOTEMPTY,
             VolError::InvalidName { name, .. } if name.len() > crate::format::NAME_MAX => libc::ENAMETOOLONG,
             VolError::InvalidName { .. } | VolError::Loop(_) | VolError::InvalidArgument(_) => libc::EINVAL,
-            VolError::NotASymlink(_) => libc::EINVAL,
+            VolError::NotASymlink(_) | VolError::BadMagic | VolError::TooSmall { .. } | VolError::Geometry(_) => {
+                libc::EINVAL
+            }
+            VolError::TooManyLinks => libc::ELOOP,
+            VolError::At { source, .. } => source.errno(),
             VolError::NoAttribute { .. } => libc::ENODATA,
             VolError::NotPermitted { .. } => libc::EPERM,
             VolError::ReadOnly => libc::EROFS,
@@ -222,7 +263,10 @@ impl VolError {
                 FsError::UnknownFile(_) | FsError::Unlinked(_) => libc::ENOENT,
                 FsError::NoSpace { .. } => libc::ENOSPC,
                 FsError::FileTooLarge { .. } => libc::EFBIG,
-                FsError::ZeroLength | FsError::InvalidConfig(_) | FsError::InvalidRange(_) => libc::EINVAL,
+                FsError::ZeroLength
+                | FsError::InvalidConfig(_)
+                | FsError::InvalidRange(_)
+                | FsError::Setting { .. } => libc::EINVAL,
                 _ => libc::EIO,
             },
             _ => libc::EIO,

@@ -12,7 +12,7 @@
 //! let dev = Arc::new(MemDevice::new(64 << 20));
 //! Volume::format(dev.clone(), &FormatOptions::default())?;
 //! let vol = Volume::open(dev, MountOptions::default())?;
-//! vol.mkdir_path("/logs")?;
+//! vol.create_dir("/logs")?;
 //! let mut f = vol.file("/logs/a", OpenOptions::new().read(true).write(true).create(true))?;
 //! f.write_all(b"hello, extents")?;
 //! f.sync_all()?;
@@ -24,16 +24,19 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! A `File` borrows its volume; any number may be open at once, from any
+//! A `File` holds its volume; any number may be open at once, from any
 //! threads (`File` is `Send` and `Sync`; the volume serializes what
 //! touches one file, see ARCHITECTURE.md). Dropping one closes it: an
 //! unlinked file goes away at its last close.
 
 use crate::error::{Result, VolError};
 use crate::namespace::Owner;
+use crate::paths::Last;
 use crate::volume::Volume;
 use mballoc_fs::{FallocateMode, FileId, MappedExtent};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::Arc;
 
 /// How [`Volume::file`] opens: the flags of `open(2)`, as
 /// `std::fs::OpenOptions` has them.
@@ -90,9 +93,12 @@ impl OpenOptions {
     }
 }
 
-/// An open regular file: a cursor over it, plus positional calls.
-pub struct File<'v> {
-    vol: &'v Volume,
+/// An open regular file: a cursor over it, plus positional calls. It
+/// holds its volume (an `Arc`), so it can be kept and moved anywhere; a
+/// volume unmounted while files are open leaves them failing
+/// [`VolError::Unmounted`].
+pub struct File {
+    vol: Arc<Volume>,
     id: FileId,
     pos: u64,
     readable: bool,
@@ -100,40 +106,21 @@ pub struct File<'v> {
     append: bool,
 }
 
-impl std::fmt::Debug for File<'_> {
+impl std::fmt::Debug for File {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("File").field("id", &self.id).field("pos", &self.pos).finish()
     }
 }
 
-/// Split a path into its directory's components and its last name.
-fn split(path: &str) -> Result<(Vec<&[u8]>, &[u8])> {
-    let mut parts: Vec<&[u8]> = path.split('/').filter(|p| !p.is_empty()).map(str::as_bytes).collect();
-    let last = parts.pop().ok_or_else(|| VolError::InvalidArgument(format!("{path:?} names no file")))?;
-    Ok((parts, last))
-}
-
 impl Volume {
-    /// The inode a path names, from the root ("/a/b"; "/" is the root).
-    /// Symbolic links are not followed.
-    pub fn resolve(&self, path: &str) -> Result<FileId> {
-        path.split('/').filter(|p| !p.is_empty()).try_fold(self.root(), |dir, name| self.lookup(dir, name.as_bytes()))
+    /// Open the regular file at `path` as `opts` say (symbolic links
+    /// followed).
+    pub fn file(self: &Arc<Self>, path: impl AsRef<Path>, opts: &OpenOptions) -> Result<File> {
+        let path = path.as_ref();
+        self.open_path(path, opts).map_err(|e| e.at(path))
     }
 
-    /// Make the directory `path` (its parent must exist), mode 0o755.
-    pub fn mkdir_path(&self, path: &str) -> Result<FileId> {
-        let (dirs, name) = split(path)?;
-        let parent = dirs.iter().try_fold(self.root(), |d, n| self.lookup(d, n))?;
-        self.mkdir(parent, name, Owner { mode: 0o755, ..Owner::default() })
-    }
-
-    /// The names in directory `path`, in order.
-    pub fn list_dir(&self, path: &str) -> Result<Vec<Vec<u8>>> {
-        Ok(self.read_dir(self.resolve(path)?)?.into_iter().map(|e| e.name).collect())
-    }
-
-    /// Open the regular file at `path` as `opts` say.
-    pub fn file(&self, path: &str, opts: &OpenOptions) -> Result<File<'_>> {
+    fn open_path(self: &Arc<Self>, path: &Path, opts: &OpenOptions) -> Result<File> {
         let writable = opts.write || opts.append;
         if !opts.read && !writable {
             return Err(VolError::InvalidArgument("open for neither reading nor writing".into()));
@@ -141,17 +128,20 @@ impl Volume {
         if (opts.truncate || opts.create || opts.create_new) && !writable {
             return Err(VolError::InvalidArgument("truncate and create need write access".into()));
         }
-        let (dirs, name) = split(path)?;
-        let parent = dirs.iter().try_fold(self.root(), |d, n| self.lookup(d, n))?;
+        let (parent, name) = self.parent_of(path)?;
         let id = match self.lookup(parent, name) {
             Ok(_) if opts.create_new => {
                 return Err(VolError::Exists { dir: parent.0, name: String::from_utf8_lossy(name).into_owned() });
             }
-            Ok(ino) => {
-                if self.attr(ino)?.is_dir() {
-                    return Err(VolError::IsADirectory(ino.0));
+            Ok(_) => {
+                let f = self.resolve_as(path, Last::Follow)?;
+                let a = self.attr(f)?;
+                if a.is_dir() {
+                    return Err(VolError::IsADirectory(f.0));
                 }
-                let f = ino;
+                if !a.is_file() {
+                    return Err(VolError::InvalidArgument("not a regular file".into()));
+                }
                 self.open_file(f)?;
                 f
             }
@@ -161,7 +151,7 @@ impl Volume {
             }
             Err(e) => return Err(e),
         };
-        let file = File { vol: self, id, pos: 0, readable: opts.read, writable, append: opts.append };
+        let file = File { vol: self.clone(), id, pos: 0, readable: opts.read, writable, append: opts.append };
         if opts.truncate {
             self.truncate(id, 0)?;
         }
@@ -169,7 +159,7 @@ impl Volume {
     }
 }
 
-impl File<'_> {
+impl File {
     /// The file's inode.
     pub fn id(&self) -> FileId {
         self.id
@@ -205,12 +195,15 @@ impl File<'_> {
         self.vol.read(self.id, offset, buf)
     }
 
-    /// Write all of `buf` at `offset` without moving the cursor.
+    /// Write all of `buf` at `offset` without moving the cursor; a file
+    /// opened to append writes at its end instead (as `pwrite` on an
+    /// `O_APPEND` file does on Linux).
     pub fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.can_write()?;
         if buf.is_empty() {
             return Ok(());
         }
+        let offset = if self.append { self.vol.size(self.id)? } else { offset };
         self.vol.write(self.id, offset, buf)
     }
 
@@ -244,13 +237,25 @@ impl File<'_> {
         self.vol.punch_hole(self.id, offset, len)
     }
 
+    /// Make `[offset, offset + len)` read as zeros, keeping (or
+    /// allocating) its blocks (`FALLOC_FL_ZERO_RANGE`): all or nothing.
+    pub fn zero_range(&self, offset: u64, len: u64, mode: FallocateMode) -> Result<()> {
+        self.can_write()?;
+        self.vol.zero_range(self.id, offset, len, mode)
+    }
+
+    /// Its [`crate::Metadata`] (`fstat`).
+    pub fn metadata(&self) -> Result<crate::Metadata> {
+        self.vol.metadata_of(self.id)
+    }
+
     /// Where its blocks are: the extent map as FIEMAP would give it.
     pub fn extents(&self) -> Result<Vec<MappedExtent>> {
         self.vol.extents(self.id)
     }
 }
 
-impl Read for File<'_> {
+impl Read for File {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.read_at(buf, self.pos)?;
         self.pos += n as u64;
@@ -258,7 +263,7 @@ impl Read for File<'_> {
     }
 }
 
-impl Write for File<'_> {
+impl Write for File {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.append {
             self.pos = self.len()?;
@@ -275,7 +280,7 @@ impl Write for File<'_> {
     }
 }
 
-impl Seek for File<'_> {
+impl Seek for File {
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
         let base = match to {
             SeekFrom::Start(n) => {
@@ -295,7 +300,7 @@ impl Seek for File<'_> {
     }
 }
 
-impl Drop for File<'_> {
+impl Drop for File {
     fn drop(&mut self) {
         // A close that fails (the device failed while removing an orphan)
         // leaves the orphan for the next mount, as a crash would.

@@ -14,6 +14,7 @@ pub const MAGIC: u32 = 0x4C56_424D;
 /// area.
 pub const VERSION: u32 = 3;
 /// The unit a device writes whole or not at all.
+#[cfg(feature = "testing")]
 pub const SECTOR: usize = 512;
 /// Bytes of the superblock that carry fields (the rest of block 0 is zero).
 pub const SUPERBLOCK_BYTES: usize = 512;
@@ -460,6 +461,17 @@ pub(crate) fn new_uuid() -> [u8; 16] {
         half.copy_from_slice(&h.finish().to_le_bytes());
     }
     out
+}
+
+/// The superblock's bytes from `dev`; a device too short to hold one is
+/// [`VolError::TooSmall`], not an I/O error.
+pub(crate) fn read_superblock(dev: &dyn crate::device::Device) -> Result<Vec<u8>> {
+    if dev.len() < SUPERBLOCK_BYTES as u64 {
+        return Err(VolError::TooSmall { bytes: dev.len() });
+    }
+    let mut head = vec![0u8; SUPERBLOCK_BYTES];
+    dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
+    Ok(head)
 }
 
 #[cfg(test)]

@@ -108,12 +108,14 @@ mod cache;
 mod check;
 mod codec;
 mod commit_timer;
+#[cfg(feature = "testing")]
 pub mod crash;
 mod device;
 mod direct;
 mod durability;
 mod edits;
 mod error;
+#[cfg(feature = "testing")]
 pub mod fault;
 mod file;
 mod format;
@@ -121,9 +123,12 @@ mod home;
 mod log;
 mod maintenance;
 mod mkfs;
+mod mount_options;
+#[cfg(feature = "testing")]
 pub mod mutate;
 mod names;
 mod namespace;
+mod paths;
 mod probe;
 mod records;
 mod special;
@@ -151,16 +156,18 @@ pub use mballoc_fs::{
     StreamPlacement,
 };
 pub use mkfs::{mkfs, Overwrite};
+pub use mount_options::{Access, MountOptions};
 pub use namespace::{DirEntry, Owner, Replace, Usage};
+pub use paths::{Metadata, MAX_SYMLINK_FOLLOWS};
 pub use probe::probe;
 pub use special::XattrSet;
 pub use upgrade::{upgrade, Upgraded};
-pub use volume::{Access, MountOptions, Volume, VolumeStats};
+pub use volume::{Volume, VolumeStats};
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Volume>();
-    send_sync::<File<'static>>();
+    send_sync::<File>();
     send_sync::<MemDevice>();
     send_sync::<FileDevice>();
     send_sync::<Superblock>();

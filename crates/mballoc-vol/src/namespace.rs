@@ -118,7 +118,7 @@ impl Volume {
     }
 
     /// A directory's entries, by name.
-    pub fn read_dir(&self, dir: FileId) -> Result<Vec<DirEntry>> {
+    pub fn dir_entries(&self, dir: FileId) -> Result<Vec<DirEntry>> {
         let t = self.tree.read();
         let entries = t.dir(dir.0)?;
         Ok(entries
@@ -138,7 +138,7 @@ impl Volume {
     }
 
     /// Make directory `name` in `dir`.
-    pub fn mkdir(&self, dir: FileId, name: &[u8], owner: Owner) -> Result<FileId> {
+    pub fn mkdir_at(&self, dir: FileId, name: &[u8], owner: Owner) -> Result<FileId> {
         let dir = dir.0;
         let spec = NodeSpec { mode: S_IFDIR | (owner.mode & !S_IFMT), ..NodeSpec::default() };
         let f = self.make(dir, Naming::Named(name), spec, owner)?;
@@ -148,7 +148,7 @@ impl Volume {
 
     /// An empty regular file with no name, open once, made as if in
     /// `dir` (its group and default ACL apply): `O_TMPFILE`. It goes at its
-    /// last close unless [`Volume::link`] names it first; a crash before
+    /// last close unless [`Volume::link_at`] names it first; a crash before
     /// either leaves an orphan the next mount removes.
     pub fn create_unnamed(&self, dir: FileId, owner: Owner) -> Result<FileId> {
         let spec = NodeSpec { mode: S_IFREG | (owner.mode & !S_IFMT), ..NodeSpec::default() };
@@ -235,7 +235,7 @@ impl Volume {
     }
 
     /// Remove the empty directory `name` from `dir`.
-    pub fn rmdir(&self, dir: FileId, name: &[u8]) -> Result<()> {
+    pub fn rmdir_at(&self, dir: FileId, name: &[u8]) -> Result<()> {
         let dir = dir.0;
         self.remove_at(dir, name, Kind::Directory)
     }
@@ -320,7 +320,14 @@ impl Volume {
     /// [`Replace::Never`] an existing target is an error; with
     /// [`Replace::Exchange`] both names must exist and swap inodes, in one
     /// journal transaction.
-    pub fn rename(&self, dir: FileId, name: &[u8], new_dir: FileId, new_name: &[u8], replace: Replace) -> Result<()> {
+    pub fn rename_at(
+        &self,
+        dir: FileId,
+        name: &[u8],
+        new_dir: FileId,
+        new_name: &[u8],
+        replace: Replace,
+    ) -> Result<()> {
         let (dir, new_dir) = (dir.0, new_dir.0);
         self.writable()?;
         check_name(new_name)?;
@@ -348,12 +355,14 @@ impl Volume {
         renamed(&t.attrs[&src], &old_link, &new_link).check_room(self.sb.max_attr_bytes())?;
         let at = now();
         if let Some(target) = target {
+            // RENAME_NOREPLACE refuses any existing name, even another name
+            // of the same inode (as Linux checks before anything else).
+            if replace == Replace::Never {
+                return Err(VolError::Exists { dir: new_dir, name: String::from_utf8_lossy(new_name).into_owned() });
+            }
             if target == src {
                 // Two names of one inode: POSIX leaves both.
                 return Ok(());
-            }
-            if replace == Replace::Never {
-                return Err(VolError::Exists { dir: new_dir, name: String::from_utf8_lossy(new_name).into_owned() });
             }
             guard_inode(&t.attrs[&target], target)?;
             match (src_dir, t.attrs[&target].is_dir()) {
@@ -378,7 +387,7 @@ impl Volume {
         Ok(())
     }
 
-    /// `RENAME_WHITEOUT`: [`Volume::rename`], leaving at the old name a
+    /// `RENAME_WHITEOUT`: [`Volume::rename_at`], leaving at the old name a
     /// whiteout (a character device numbered 0:0, owned by `owner`), as
     /// overlayfs asks of the file system under it. The whiteout is made
     /// before the rename, so a rename that fails leaves nothing behind.
@@ -396,7 +405,7 @@ impl Volume {
         }
         let spec = NodeSpec { mode: crate::attr::S_IFCHR, rdev: 0, ..NodeSpec::default() };
         let w = self.make(dir.0, Naming::Unnamed, spec, Owner { mode: 0, umask: 0, ..owner })?;
-        let done = self.rename(dir, name, new_dir, new_name, replace).and_then(|()| self.link(w, dir, name));
+        let done = self.rename_at(dir, name, new_dir, new_name, replace).and_then(|()| self.link_at(w, dir, name));
         // The whiteout is named now, or goes with this close.
         let closed = self.close(w);
         done.and(closed)

@@ -32,7 +32,7 @@ pub enum XattrSet {
 impl Volume {
     /// Give inode `ino` the name `name` in `dir` (`link(2)`). Directories
     /// take no second name.
-    pub fn link(&self, ino: FileId, dir: FileId, name: &[u8]) -> Result<()> {
+    pub fn link_at(&self, ino: FileId, dir: FileId, name: &[u8]) -> Result<()> {
         let (ino, dir) = (ino.0, dir.0);
         self.writable()?;
         check_name(name)?;
@@ -66,7 +66,7 @@ impl Volume {
     }
 
     /// Make a symbolic link `name` in `dir` pointing at `target`.
-    pub fn symlink(&self, dir: FileId, name: &[u8], target: &[u8], owner: Owner) -> Result<FileId> {
+    pub fn symlink_at(&self, dir: FileId, name: &[u8], target: &[u8], owner: Owner) -> Result<FileId> {
         let dir = dir.0;
         if target.is_empty() || target.len() > SYMLINK_MAX || target.contains(&0) {
             return Err(VolError::InvalidName {
@@ -81,7 +81,7 @@ impl Volume {
     }
 
     /// A symbolic link's target.
-    pub fn readlink(&self, ino: FileId) -> Result<Vec<u8>> {
+    pub fn link_target(&self, ino: FileId) -> Result<Vec<u8>> {
         let ino = ino.0;
         let t = self.tree.read();
         let a = t.attr(ino)?;
@@ -94,7 +94,7 @@ impl Volume {
     /// Make `name` in `dir` of type `kind` (`S_IFREG`, `S_IFIFO`,
     /// `S_IFSOCK`, `S_IFCHR` or `S_IFBLK`; 0 is a regular file), a device
     /// numbered `rdev` (`mknod(2)`); permissions are the owner's.
-    pub fn mknod(&self, dir: FileId, name: &[u8], kind: u32, rdev: u32, owner: Owner) -> Result<FileId> {
+    pub fn mknod_at(&self, dir: FileId, name: &[u8], kind: u32, rdev: u32, owner: Owner) -> Result<FileId> {
         let dir = dir.0;
         let kind = if kind & S_IFMT == 0 { S_IFREG } else { kind & S_IFMT };
         let special = [0o010_000, 0o140_000, 0o020_000, 0o060_000];
@@ -113,14 +113,14 @@ impl Volume {
     }
 
     /// An extended attribute's value.
-    pub fn get_xattr(&self, ino: FileId, name: &[u8]) -> Result<Vec<u8>> {
+    pub fn get_xattr_at(&self, ino: FileId, name: &[u8]) -> Result<Vec<u8>> {
         let ino = ino.0;
         let t = self.tree.read();
         t.attr(ino)?.xattrs.get(name).cloned().ok_or_else(|| no_attr(ino, name))
     }
 
     /// The names of an inode's extended attributes.
-    pub fn list_xattrs(&self, ino: FileId) -> Result<Vec<Vec<u8>>> {
+    pub fn list_xattrs_at(&self, ino: FileId) -> Result<Vec<Vec<u8>>> {
         let ino = ino.0;
         Ok(self.tree.read().attr(ino)?.xattrs.keys().cloned().collect())
     }
@@ -128,7 +128,7 @@ impl Volume {
     /// Set an extended attribute. The inode's attributes together may take
     /// [`crate::Superblock::max_attr_bytes`] (`NoRoom` past that, as ext4
     /// gives `ENOSPC` when an inode's attribute space is full).
-    pub fn set_xattr(&self, ino: FileId, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
+    pub fn set_xattr_at(&self, ino: FileId, name: &[u8], value: &[u8], how: XattrSet) -> Result<()> {
         let ino = ino.0;
         self.writable()?;
         check_xattr_name(name)?;
@@ -183,7 +183,7 @@ impl Volume {
     }
 
     /// Remove an extended attribute.
-    pub fn remove_xattr(&self, ino: FileId, name: &[u8]) -> Result<()> {
+    pub fn remove_xattr_at(&self, ino: FileId, name: &[u8]) -> Result<()> {
         let ino = ino.0;
         self.writable()?;
         let mut t = self.tree.write();

@@ -16,7 +16,7 @@ use crate::attr::{Attr, Link};
 use crate::codec::{get16, get32, get64};
 use crate::device::Device;
 use crate::error::{Result, VolError};
-use crate::format::{Superblock, VolumeState, INODE_BYTES, INODE_MAGIC, ROOT_INO, SUPERBLOCK_BYTES, VERSION};
+use crate::format::{Superblock, VolumeState, INODE_BYTES, INODE_MAGIC, ROOT_INO, VERSION};
 use crate::wal::{self, Running};
 
 /// What an upgrade did.
@@ -37,8 +37,7 @@ const V2_NAME_MAX: usize = 202;
 /// nothing written, unless the volume is version 2 and was unmounted
 /// cleanly, or when its journal cannot hold every inode's attributes.
 pub fn upgrade(dev: &dyn Device) -> Result<Upgraded> {
-    let mut head = vec![0u8; SUPERBLOCK_BYTES];
-    dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
+    let head = crate::format::read_superblock(dev)?;
     let found = get32(&head, 4);
     if found == VERSION {
         return Err(VolError::InvalidArgument(format!("the volume is already version {VERSION}")));
@@ -145,6 +144,7 @@ fn v2_attr(seed: u32, slot: u32, r: &[u8], block: u64, generation: &mut u32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::SUPERBLOCK_BYTES;
     use crate::{FileId, FormatOptions, MemDevice, MountOptions, Volume};
     use std::sync::Arc;
 

@@ -9,72 +9,12 @@ use crate::error::{Result, VolError};
 use crate::format::{FormatOptions, Superblock, VolumeState, SUPERBLOCK_BYTES};
 use crate::home::{Home, ReadMode, Scan};
 use crate::log::Log;
+use crate::mount_options::{Access, MountOptions};
 use crate::wal;
 use mballoc_fs::{ExtentState, FallocateMode, FileId, Fs, FsConfig, ImportedFile, MappedExtent};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Read-write or read-only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Access {
-    /// Reads and writes (the default).
-    #[default]
-    ReadWrite,
-    /// Nothing is ever written; mutating calls fail with `ReadOnly`.
-    ReadOnly,
-    /// Read-only beside a writer (a backup, an inspector): no claim on
-    /// the device, so a read-write mount, in this process or another
-    /// (with [`crate::OpenMode::Snapshot`]), may run at the same time. The
-    /// open sees the state committed when it finished reading: a
-    /// checkpoint that ran meanwhile makes it read again (and, if the
-    /// writer keeps checkpointing, fail with `Busy`).
-    /// [`Volume::snapshot_is_current`] says whether the writer has
-    /// committed since; file data the writer overwrites in place shows
-    /// at once, as it would to any reader of a live file system.
-    Snapshot,
-}
-
-impl Access {
-    /// Whether this mount writes.
-    pub fn writes(self) -> bool {
-        self == Access::ReadWrite
-    }
-}
-
-/// How a volume is mounted.
-#[derive(Debug, Clone)]
-pub struct MountOptions {
-    /// Read-write or read-only.
-    pub access: Access,
-    /// Bytes per cache folio: a power of two from the block size to 2 MiB.
-    pub folio_size: u32,
-    /// Cached bytes (clean and dirty) before clean folios are dropped.
-    pub cache_bytes: u64,
-    /// Dirty bytes before a writer writes back.
-    pub dirty_bytes: u64,
-    /// Engine operations between journal commits; 0 commits only on
-    /// fsync, sync, unmount and the commit interval.
-    pub commit_interval_ops: u64,
-    /// The longest time written data and changed names stay volatile
-    /// without an fsync: a thread syncs the volume every half interval
-    /// (ext4's `commit=`, 5 s by default). Zero: only fsync, sync and
-    /// unmount make changes durable.
-    pub commit: std::time::Duration,
-}
-
-impl Default for MountOptions {
-    fn default() -> Self {
-        MountOptions {
-            access: Access::ReadWrite,
-            folio_size: 2 << 20,
-            cache_bytes: 512 << 20,
-            dirty_bytes: 128 << 20,
-            commit_interval_ops: 1000,
-            commit: std::time::Duration::from_secs(5),
-        }
-    }
-}
 
 /// Counters of the persistence path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -178,11 +118,7 @@ impl Drop for Claim {
 /// The superblock and everything it leads to, read as `access` needs:
 /// strictly, and for a snapshot again until no checkpoint ran meanwhile.
 fn read_home(dev: &dyn Device, access: Access) -> Result<(Superblock, Scan)> {
-    let superblock = || -> Result<Vec<u8>> {
-        let mut head = vec![0u8; SUPERBLOCK_BYTES];
-        dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
-        Ok(head)
-    };
+    let superblock = || -> Result<Vec<u8>> { crate::format::read_superblock(dev) };
     let mode = if access == Access::Snapshot { ReadMode::Snapshot } else { ReadMode::Strict };
     for _ in 0..8 {
         let head = superblock()?;
@@ -282,6 +218,10 @@ impl Volume {
         let Scan { home, replayed, stale_groups, stale_counters, tree, .. } = scan;
         let geo = sb.geometry();
         let mut chosen = FsConfig::new(geo);
+        for s in &opts.settings {
+            let (k, v) = s.split_once('=').unwrap_or((s, ""));
+            chosen.set(k, v).map_err(|e| VolError::InvalidArgument(format!("option {s}: {e}")))?;
+        }
         policy(&mut chosen);
         // The profile's placement and behaviour, whole; the shape is the
         // volume's, and so is storage: the volume writes back and commits

@@ -49,10 +49,10 @@ fn image() -> Vec<u8> {
     let a = fill(b"a", root, 10_000, 1);
     fill(b"b", root, 3_000, 2);
     fill(b"e", root, 17_636, 4);
-    let d = vol.mkdir(root, b"d", Owner::default()).unwrap();
+    let d = vol.mkdir_at(root, b"d", Owner::default()).unwrap();
     fill(b"c", d, 5_000, 3);
-    vol.symlink(root, b"s", b"a", Owner::default()).unwrap();
-    vol.set_xattr(a, b"user.k", b"v", XattrSet::Any).unwrap();
+    vol.symlink_at(root, b"s", b"a", Owner::default()).unwrap();
+    vol.set_xattr_at(a, b"user.k", b"v", XattrSet::Any).unwrap();
     vol.unmount().unwrap();
     dev.to_bytes()
 }
@@ -66,7 +66,7 @@ fn snapshot(vol: &Volume) -> Snapshot {
     let mut out = Snapshot::new();
     let mut dirs = vec![(b"/".to_vec(), vol.root())];
     while let Some((path, dir)) = dirs.pop() {
-        for e in vol.read_dir(dir).unwrap() {
+        for e in vol.dir_entries(dir).unwrap() {
             let mut p = path.clone();
             p.extend_from_slice(&e.name);
             let a = vol.attr(e.ino).unwrap();
@@ -82,7 +82,7 @@ fn snapshot(vol: &Volume) -> Snapshot {
                 let ext = vol.extents(f).unwrap();
                 line += &format!(" size {} crc {:08x} extents {ext:?}", data.len(), crc32c::crc32c(&data));
             } else {
-                line += &format!(" target {:?}", vol.readlink(e.ino).ok());
+                line += &format!(" target {:?}", vol.link_target(e.ino).ok());
             }
             out.insert(p, line);
         }
@@ -128,14 +128,14 @@ fn calls() -> Vec<(&'static str, Call)> {
         ("fallocate extending", |v| v.fallocate(ino(v, &[b"b"]), 5000, 20_000, FallocateMode::ExtendSize)),
         ("collapse range", |v| v.collapse_range(ino(v, &[b"a"]), 2048, 4096)),
         ("insert range", |v| v.insert_range(ino(v, &[b"a"]), 2048, 4096)),
-        ("rename over a file", |v| v.rename(v.root(), b"b", ino(v, &[b"d"]), b"c", Replace::Allowed)),
-        ("rename exchange", |v| v.rename(v.root(), b"a", ino(v, &[b"d"]), b"c", Replace::Exchange)),
+        ("rename over a file", |v| v.rename_at(v.root(), b"b", ino(v, &[b"d"]), b"c", Replace::Allowed)),
+        ("rename exchange", |v| v.rename_at(v.root(), b"a", ino(v, &[b"d"]), b"c", Replace::Exchange)),
         ("unlink", |v| v.unlink_at(v.root(), b"a")),
         ("create", |v| v.create_at(v.root(), b"new", Owner::default()).map(drop)),
-        ("mkdir", |v| v.mkdir(ino(v, &[b"d"]), b"e", Owner::default()).map(drop)),
-        ("link", |v| v.link(ino(v, &[b"a"]), ino(v, &[b"d"]), b"a2")),
-        ("symlink", |v| v.symlink(v.root(), b"t", b"d/c", Owner::default()).map(drop)),
-        ("set an extended attribute", |v| v.set_xattr(ino(v, &[b"b"]), b"user.x", &[5; 900], XattrSet::Any)),
+        ("mkdir", |v| v.mkdir_at(ino(v, &[b"d"]), b"e", Owner::default()).map(drop)),
+        ("link", |v| v.link_at(ino(v, &[b"a"]), ino(v, &[b"d"]), b"a2")),
+        ("symlink", |v| v.symlink_at(v.root(), b"t", b"d/c", Owner::default()).map(drop)),
+        ("set an extended attribute", |v| v.set_xattr_at(ino(v, &[b"b"]), b"user.x", &[5; 900], XattrSet::Any)),
         ("chmod", |v| v.set_attr(ino(v, &[b"b"]), SetAttr { mode: Some(0o600), ..SetAttr::default() }).map(drop)),
     ]
 }

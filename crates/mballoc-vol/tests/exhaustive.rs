@@ -78,7 +78,7 @@ fn snapshot(vol: &Volume) -> Snapshot {
     let mut out = Snapshot::new();
     let mut dirs = vec![(Vec::new(), vol.root())];
     while let Some((path, dir)) = dirs.pop() {
-        for e in vol.read_dir(dir).unwrap() {
+        for e in vol.dir_entries(dir).unwrap() {
             let mut p = path.clone();
             p.push(b'/');
             p.extend_from_slice(&e.name);
@@ -113,7 +113,7 @@ fn base() -> Vec<u8> {
     let f = vol.create_at(vol.root(), b"f", Owner::default()).unwrap();
     vol.write(f, 0, &[0xF0; 6000]).unwrap();
     vol.close(f).unwrap();
-    vol.mkdir(vol.root(), b"d", Owner::default()).unwrap();
+    vol.mkdir_at(vol.root(), b"d", Owner::default()).unwrap();
     vol.unmount().unwrap();
     dev.to_bytes()
 }
@@ -143,14 +143,14 @@ fn apply(vol: &Volume, op: Op, k: usize, open: &mut Vec<FileId>) -> bool {
         Op::Fallocate => file(&[b"f"], open).map_or(missing, |f| vol.fallocate(f, 0, 16_384, FallocateMode::KeepSize)),
         Op::Punch => file(&[b"f"], open).map_or(missing, |f| vol.punch_hole(f, 1000, 4000)),
         Op::Truncate(n) => file(&[b"f"], open).map_or(missing, |f| vol.truncate(f, n)),
-        Op::RenameFToH => vol.rename(root, b"f", path_ino(vol, &[b"d"]).unwrap(), b"h", Replace::Allowed),
-        Op::RenameGOverF => vol.rename(root, b"g", root, b"f", Replace::Allowed),
+        Op::RenameFToH => vol.rename_at(root, b"f", path_ino(vol, &[b"d"]).unwrap(), b"h", Replace::Allowed),
+        Op::RenameGOverF => vol.rename_at(root, b"g", root, b"f", Replace::Allowed),
         Op::LinkF => match path_ino(vol, &[b"f"]) {
-            Some(f) => vol.link(f, path_ino(vol, &[b"d"]).unwrap(), b"l"),
+            Some(f) => vol.link_at(f, path_ino(vol, &[b"d"]).unwrap(), b"l"),
             None => missing,
         },
         Op::UnlinkF => vol.unlink_at(root, b"f"),
-        Op::Mkdir => vol.mkdir(path_ino(vol, &[b"d"]).unwrap(), b"e", Owner::default()).map(drop),
+        Op::Mkdir => vol.mkdir_at(path_ino(vol, &[b"d"]).unwrap(), b"e", Owner::default()).map(drop),
         Op::FsyncF => file(&[b"f"], open).map_or(missing, |f| vol.fsync(f)),
         Op::FsyncG => file(&[b"g"], open).map_or(missing, |g| vol.fsync(g)),
         Op::Sync => vol.sync(),

@@ -1,6 +1,6 @@
 //! The `std::io` file handle: what code written for `std::fs::File` needs.
 
-use mballoc_vol::{FallocateMode, FormatOptions, MemDevice, MountOptions, OpenOptions, VolError, Volume};
+use mballoc_vol::{FallocateMode, File, FormatOptions, MemDevice, MountOptions, OpenOptions, VolError, Volume};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ fn io_copy_and_a_buffered_reader_work_through_it() {
 #[test]
 fn seek_append_truncate_and_positional_io() {
     let vol = volume();
-    vol.mkdir_path("/d").unwrap();
+    vol.create_dir("/d").unwrap();
     let f = vol.file("/d/f", &rw()).unwrap();
     f.write_at(b"0123456789", 0).unwrap();
     let mut b = [0u8; 4];
@@ -50,7 +50,7 @@ fn seek_append_truncate_and_positional_io() {
     drop(a);
     let t = vol.file("/d/f", OpenOptions::new().write(true).truncate(true)).unwrap();
     assert!(t.is_empty().unwrap());
-    assert_eq!(vol.list_dir("/d").unwrap(), vec![b"f".to_vec()]);
+    assert_eq!(vol.read_dir("/d").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>(), vec![b"f".to_vec()]);
 }
 
 #[test]
@@ -58,11 +58,13 @@ fn open_flags_are_checked() {
     let vol = volume();
     vol.file("/x", &rw()).unwrap();
     let e = vol.file("/x", OpenOptions::new().write(true).create_new(true)).unwrap_err();
-    assert!(matches!(e, VolError::Exists { .. }), "{e}");
-    assert!(matches!(vol.file("/nope", OpenOptions::new().read(true)), Err(VolError::NoEntry { .. })));
-    assert!(matches!(vol.file("/x", &OpenOptions::new()), Err(VolError::InvalidArgument(_))));
-    vol.mkdir_path("/dir").unwrap();
-    assert!(matches!(vol.file("/dir", OpenOptions::new().read(true)), Err(VolError::IsADirectory(_))));
+    assert!(matches!(e.cause(), VolError::Exists { .. }), "{e}");
+    assert_eq!(e.to_string(), "/x: directory 1 already holds \"x\"", "the message names the caller's path");
+    let cause = |r: Result<File, VolError>| r.map(drop).map_err(|e| e.cause().errno());
+    assert_eq!(cause(vol.file("/nope", OpenOptions::new().read(true))), Err(libc::ENOENT));
+    assert_eq!(cause(vol.file("/x", &OpenOptions::new())), Err(libc::EINVAL));
+    vol.create_dir("/dir").unwrap();
+    assert_eq!(cause(vol.file("/dir", OpenOptions::new().read(true))), Err(libc::EISDIR));
     let ro = vol.file("/x", OpenOptions::new().read(true)).unwrap();
     let e = std::io::Error::from(ro.write_at(b"no", 0).unwrap_err());
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
@@ -103,7 +105,7 @@ fn handles_move_between_threads() {
         for t in 0..4u8 {
             let vol = &vol;
             s.spawn(move || {
-                let mut f = vol.file(&format!("/t{t}"), &rw()).unwrap();
+                let mut f = vol.file(format!("/t{t}"), &rw()).unwrap();
                 for _ in 0..64 {
                     f.write_all(&[t; 4096]).unwrap();
                 }
@@ -112,7 +114,7 @@ fn handles_move_between_threads() {
         }
     });
     for t in 0..4u8 {
-        assert_eq!(vol.file(&format!("/t{t}"), OpenOptions::new().read(true)).unwrap().len().unwrap(), 64 * 4096);
+        assert_eq!(vol.file(format!("/t{t}"), OpenOptions::new().read(true)).unwrap().len().unwrap(), 64 * 4096);
     }
 }
 
@@ -126,7 +128,7 @@ fn the_shared_scenario() {
     let dev = mballoc_vol::FileDevice::open(&path, mballoc_vol::OpenMode::ReadWrite).unwrap();
     let vol =
         Volume::open_with(Arc::new(dev), MountOptions::default(), |c| c.placement.tunables.mb_stats = true).unwrap();
-    vol.mkdir_path("/data").unwrap();
+    vol.create_dir("/data").unwrap();
     let data: Vec<u8> = (0..3u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
     let mut f = vol.file("/data/blob", &rw()).unwrap();
     f.write_all(&data).unwrap();
@@ -151,19 +153,19 @@ fn groups_of_any_length() {
     Volume::format(dev.clone(), &opts).unwrap();
     let vol = Volume::open(dev.clone(), MountOptions::default()).unwrap();
     for i in 0..6u8 {
-        let f = vol.file(&format!("/f{i}"), &rw()).unwrap();
+        let f = vol.file(format!("/f{i}"), &rw()).unwrap();
         f.write_at(&vec![i + 1; 700 * 4096], 0).unwrap();
         f.sync_all().unwrap();
     }
     let groups: std::collections::BTreeSet<u64> = (0..6u8)
-        .flat_map(|i| vol.file(&format!("/f{i}"), OpenOptions::new().read(true)).unwrap().extents().unwrap())
+        .flat_map(|i| vol.file(format!("/f{i}"), OpenOptions::new().read(true)).unwrap().extents().unwrap())
         .map(|e| e.physical / 1000)
         .collect();
     assert!(groups.len() >= 4, "files spread over the groups: {groups:?}");
     vol.abandon(); // a crash
     let vol = Volume::open(dev.clone(), MountOptions::default()).unwrap();
     for i in 0..6u8 {
-        let f = vol.file(&format!("/f{i}"), OpenOptions::new().read(true)).unwrap();
+        let f = vol.file(format!("/f{i}"), OpenOptions::new().read(true)).unwrap();
         let mut b = vec![0u8; 700 * 4096];
         assert_eq!(f.read_at(&mut b, 0).unwrap(), b.len());
         assert!(b.iter().all(|&x| x == i + 1));

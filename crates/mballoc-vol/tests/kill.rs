@@ -199,7 +199,7 @@ fn interval_child() {
     let dev = Arc::new(FileDevice::open(Path::new(&volume), OpenMode::ReadWrite).unwrap());
     let opts = MountOptions { commit: Duration::from_secs(1), commit_interval_ops: 0, ..MountOptions::default() };
     let vol = Volume::open(dev, opts).unwrap();
-    vol.mkdir_path("/kept").unwrap();
+    vol.create_dir("/kept").unwrap();
     let mut f = vol.file("/kept/data", mballoc_vol::OpenOptions::new().write(true).create(true)).unwrap();
     f.write_all(&version(1, 1)).unwrap();
     drop(f);

@@ -48,16 +48,16 @@ fn read_all(vol: &Volume, f: FileId) -> Vec<u8> {
 fn hard_links_share_one_inode_and_survive() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
+    let d = vol.mkdir_at(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
     let f = vol.create_at(FileId(ROOT_INO), b"a", Owner::default()).unwrap();
     vol.write(f, 0, b"shared").unwrap();
     vol.close(f).unwrap();
-    vol.link(f, d, b"b").unwrap();
-    vol.link(f, FileId(ROOT_INO), &[b'L'; 255]).unwrap();
+    vol.link_at(f, d, b"b").unwrap();
+    vol.link_at(f, FileId(ROOT_INO), &[b'L'; 255]).unwrap();
     assert_eq!(vol.nlink(f).unwrap(), 3);
     assert_eq!(vol.lookup(d, b"b").unwrap(), f);
-    assert!(matches!(vol.link(d, FileId(ROOT_INO), b"dd"), Err(VolError::IsADirectory(_))));
-    assert!(matches!(vol.link(f, d, b"b"), Err(VolError::Exists { .. })));
+    assert!(matches!(vol.link_at(d, FileId(ROOT_INO), b"dd"), Err(VolError::IsADirectory(_))));
+    assert!(matches!(vol.link_at(f, d, b"b"), Err(VolError::Exists { .. })));
     assert_eq!((vol.nlink(FileId(ROOT_INO)).unwrap(), vol.nlink(d).unwrap()), (3, 2));
     vol.sync().unwrap();
     let (vol, dev) = crash(vol, &dev);
@@ -69,8 +69,8 @@ fn hard_links_share_one_inode_and_survive() {
     assert_eq!(vol.nlink(f).unwrap(), 1);
     assert_eq!(read_all(&vol, f), b"shared");
     // A rename between two names of one inode changes nothing.
-    vol.link(f, d, b"c").unwrap();
-    vol.rename(d, b"b", d, b"c", Replace::Allowed).unwrap();
+    vol.link_at(f, d, b"c").unwrap();
+    vol.rename_at(d, b"b", d, b"c", Replace::Allowed).unwrap();
     assert_eq!(vol.nlink(f).unwrap(), 2);
     vol.unmount().unwrap();
     let vol = mount(&dev);
@@ -86,40 +86,41 @@ fn hard_links_share_one_inode_and_survive() {
 fn symlinks_devices_and_long_attributes_overflow_and_survive() {
     let dev = fresh();
     let vol = mount(&dev);
-    let short = vol.symlink(FileId(ROOT_INO), b"s", b"../target", Owner::default()).unwrap();
+    let short = vol.symlink_at(FileId(ROOT_INO), b"s", b"../target", Owner::default()).unwrap();
     let target: Vec<u8> = (0..4095).map(|i| b'a' + (i % 26) as u8).collect();
-    let long = vol.symlink(FileId(ROOT_INO), b"long", &target, Owner::default()).unwrap();
-    assert!(vol.symlink(FileId(ROOT_INO), b"x", &[b'a'; 4096], Owner::default()).is_err());
-    assert!(matches!(vol.readlink(FileId(ROOT_INO)), Err(VolError::NotASymlink(_))));
-    let null =
-        vol.mknod(FileId(ROOT_INO), b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, umask: 0, uid: 0, gid: 0 }).unwrap();
-    let fifo = vol.mknod(FileId(ROOT_INO), b"fifo", S_IFIFO, 77, Owner::default()).unwrap();
+    let long = vol.symlink_at(FileId(ROOT_INO), b"long", &target, Owner::default()).unwrap();
+    assert!(vol.symlink_at(FileId(ROOT_INO), b"x", &[b'a'; 4096], Owner::default()).is_err());
+    assert!(matches!(vol.link_target(FileId(ROOT_INO)), Err(VolError::NotASymlink(_))));
+    let null = vol
+        .mknod_at(FileId(ROOT_INO), b"null", S_IFCHR, 0x0103, Owner { mode: 0o666, umask: 0, uid: 0, gid: 0 })
+        .unwrap();
+    let fifo = vol.mknod_at(FileId(ROOT_INO), b"fifo", S_IFIFO, 77, Owner::default()).unwrap();
     let f = vol.create_at(FileId(ROOT_INO), b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
     let big = vec![9u8; 3000];
-    vol.set_xattr(f, b"user.big", &big, XattrSet::Any).unwrap();
-    vol.set_xattr(f, b"security.selinux", b"ctx", XattrSet::Create).unwrap();
-    assert!(matches!(vol.set_xattr(f, b"user.big", b"", XattrSet::Create), Err(VolError::Exists { .. })));
-    assert!(matches!(vol.set_xattr(f, b"user.none", b"", XattrSet::Replace), Err(VolError::NoAttribute { .. })));
+    vol.set_xattr_at(f, b"user.big", &big, XattrSet::Any).unwrap();
+    vol.set_xattr_at(f, b"security.selinux", b"ctx", XattrSet::Create).unwrap();
+    assert!(matches!(vol.set_xattr_at(f, b"user.big", b"", XattrSet::Create), Err(VolError::Exists { .. })));
+    assert!(matches!(vol.set_xattr_at(f, b"user.none", b"", XattrSet::Replace), Err(VolError::NoAttribute { .. })));
     // A value Linux allows, on a volume whose 32-block journal keeps less
     // per inode; and one past what Linux allows.
     let max = vol.superblock().max_attr_bytes();
     assert!(max < MAX_ATTR_BYTES);
-    assert!(matches!(vol.set_xattr(f, b"user.huge", &vec![0; max], XattrSet::Any), Err(VolError::NoRoom { .. })));
+    assert!(matches!(vol.set_xattr_at(f, b"user.huge", &vec![0; max], XattrSet::Any), Err(VolError::NoRoom { .. })));
     assert!(matches!(
-        vol.set_xattr(f, b"user.huge", &vec![0; XATTR_VALUE_MAX + 1], XattrSet::Any),
+        vol.set_xattr_at(f, b"user.huge", &vec![0; XATTR_VALUE_MAX + 1], XattrSet::Any),
         Err(VolError::InvalidArgument(_))
     ));
-    assert!(vol.set_xattr(f, b"bogus.x", b"", XattrSet::Any).is_err());
+    assert!(vol.set_xattr_at(f, b"bogus.x", b"", XattrSet::Any).is_err());
     let check_all = |vol: &Volume| {
-        assert_eq!(vol.readlink(short).unwrap(), b"../target");
-        assert_eq!(vol.readlink(long).unwrap(), target);
+        assert_eq!(vol.link_target(short).unwrap(), b"../target");
+        assert_eq!(vol.link_target(long).unwrap(), target);
         assert_eq!(vol.attr(long).unwrap().mode & S_IFMT, S_IFLNK);
         let n = vol.attr(null).unwrap();
         assert_eq!((n.mode, n.rdev), (S_IFCHR | 0o666, 0x0103));
         assert_eq!(vol.attr(fifo).unwrap().rdev, 0, "only devices keep a number");
-        assert_eq!(vol.get_xattr(f, b"user.big").unwrap(), big);
-        assert_eq!(vol.list_xattrs(f).unwrap(), vec![b"security.selinux".to_vec(), b"user.big".to_vec()]);
+        assert_eq!(vol.get_xattr_at(f, b"user.big").unwrap(), big);
+        assert_eq!(vol.list_xattrs_at(f).unwrap(), vec![b"security.selinux".to_vec(), b"user.big".to_vec()]);
     };
     check_all(&vol);
     vol.sync().unwrap();
@@ -130,8 +131,8 @@ fn symlinks_devices_and_long_attributes_overflow_and_survive() {
     let vol = mount(&dev);
     check_all(&vol);
     // Shrinking back into the record frees its overflow blocks.
-    vol.remove_xattr(f, b"user.big").unwrap();
-    assert!(matches!(vol.get_xattr(f, b"user.big"), Err(VolError::NoAttribute { .. })));
+    vol.remove_xattr_at(f, b"user.big").unwrap();
+    assert!(matches!(vol.get_xattr_at(f, b"user.big"), Err(VolError::NoAttribute { .. })));
     vol.unlink_at(FileId(ROOT_INO), b"long").unwrap();
     vol.unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
@@ -146,7 +147,7 @@ fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
     vol.write(f, 0, &[5; 20_000]).unwrap();
     vol.fsync(f).unwrap();
     vol.unlink_at(FileId(ROOT_INO), b"tmp").unwrap();
-    assert!(vol.read_dir(FileId(ROOT_INO)).unwrap().is_empty());
+    assert!(vol.dir_entries(FileId(ROOT_INO)).unwrap().is_empty());
     // Still readable and writable through its handle.
     vol.write(f, 20_000, b"more").unwrap();
     assert_eq!(read_all(&vol, f).len(), 20_004);
@@ -184,18 +185,18 @@ fn an_orphan_lives_until_its_last_close_or_the_next_mount() {
 fn exchange_swaps_two_names_in_one_transaction() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
-    let sub = vol.mkdir(d, b"sub", Owner::default()).unwrap();
+    let d = vol.mkdir_at(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
+    let sub = vol.mkdir_at(d, b"sub", Owner::default()).unwrap();
     let f = vol.create_at(FileId(ROOT_INO), b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
-    vol.rename(FileId(ROOT_INO), b"f", FileId(ROOT_INO), b"d", Replace::Exchange).unwrap();
+    vol.rename_at(FileId(ROOT_INO), b"f", FileId(ROOT_INO), b"d", Replace::Exchange).unwrap();
     assert_eq!((vol.lookup(FileId(ROOT_INO), b"d").unwrap(), vol.lookup(FileId(ROOT_INO), b"f").unwrap()), (f, d));
     assert!(matches!(
-        vol.rename(FileId(ROOT_INO), b"f", FileId(ROOT_INO), b"none", Replace::Exchange),
+        vol.rename_at(FileId(ROOT_INO), b"f", FileId(ROOT_INO), b"none", Replace::Exchange),
         Err(VolError::NoEntry { .. })
     ));
     // A directory cannot be swapped into its own subtree.
-    assert!(matches!(vol.rename(FileId(ROOT_INO), b"f", d, b"sub", Replace::Exchange), Err(VolError::Loop(_))));
+    assert!(matches!(vol.rename_at(FileId(ROOT_INO), b"f", d, b"sub", Replace::Exchange), Err(VolError::Loop(_))));
     let _ = sub;
     vol.sync().unwrap();
     let (vol, _) = crash(vol, &dev);
@@ -206,14 +207,14 @@ fn exchange_swaps_two_names_in_one_transaction() {
 fn flags_forbid_what_ext4_forbids() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
+    let d = vol.mkdir_at(FileId(ROOT_INO), b"d", Owner::default()).unwrap();
     let f = vol.create_at(d, b"f", Owner::default()).unwrap();
     vol.close(f).unwrap();
     vol.set_flags(f, FL_IMMUTABLE).unwrap();
     assert!(matches!(vol.unlink_at(d, b"f"), Err(VolError::NotPermitted { .. })));
-    assert!(matches!(vol.rename(d, b"f", d, b"g", Replace::Allowed), Err(VolError::NotPermitted { .. })));
-    assert!(matches!(vol.link(f, d, b"h"), Err(VolError::NotPermitted { .. })));
-    assert!(vol.set_xattr(f, b"user.a", b"", XattrSet::Any).is_err());
+    assert!(matches!(vol.rename_at(d, b"f", d, b"g", Replace::Allowed), Err(VolError::NotPermitted { .. })));
+    assert!(matches!(vol.link_at(f, d, b"h"), Err(VolError::NotPermitted { .. })));
+    assert!(vol.set_xattr_at(f, b"user.a", b"", XattrSet::Any).is_err());
     assert!(vol.set_flags(f, 0x4000_0000).is_err());
     // The contents too, through every call and the std::io handle.
     vol.open_file(f).unwrap();
@@ -250,9 +251,9 @@ fn flags_forbid_what_ext4_forbids() {
 fn set_group_id_directories_pass_their_group_down() {
     let dev = fresh();
     let vol = mount(&dev);
-    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner { mode: 0o2775, umask: 0, uid: 0, gid: 50 }).unwrap();
+    let d = vol.mkdir_at(FileId(ROOT_INO), b"d", Owner { mode: 0o2775, umask: 0, uid: 0, gid: 50 }).unwrap();
     let f = vol.create_at(d, b"f", Owner { mode: 0o644, umask: 0, uid: 7, gid: 7 }).unwrap();
-    let sub = vol.mkdir(d, b"sub", Owner { mode: 0o755, umask: 0, uid: 7, gid: 7 }).unwrap();
+    let sub = vol.mkdir_at(d, b"sub", Owner { mode: 0o755, umask: 0, uid: 7, gid: 7 }).unwrap();
     assert_eq!(vol.attr(f).unwrap().gid, 50);
     let s = vol.attr(sub).unwrap();
     assert_eq!((s.gid, s.mode & 0o2000), (50, 0o2000));
@@ -270,24 +271,24 @@ fn a_rename_past_the_attribute_limit_is_refused_whole() {
     let mut n = 0u32;
     loop {
         let name = format!("{n:03}{}", "n".repeat(200));
-        match vol.link(f, FileId(ROOT_INO), name.as_bytes()) {
+        match vol.link_at(f, FileId(ROOT_INO), name.as_bytes()) {
             Ok(()) => n += 1,
             Err(VolError::NoRoom { .. }) => break,
             Err(e) => panic!("link {n}: {e}"),
         }
     }
-    let before = vol.read_dir(FileId(ROOT_INO)).unwrap();
+    let before = vol.dir_entries(FileId(ROOT_INO)).unwrap();
     let long = vec![b'z'; 255];
     assert!(matches!(
-        vol.rename(FileId(ROOT_INO), b"x", FileId(ROOT_INO), &long, Replace::Allowed),
+        vol.rename_at(FileId(ROOT_INO), b"x", FileId(ROOT_INO), &long, Replace::Allowed),
         Err(VolError::NoRoom { .. })
     ));
-    assert_eq!(vol.read_dir(FileId(ROOT_INO)).unwrap(), before, "nothing moved");
+    assert_eq!(vol.dir_entries(FileId(ROOT_INO)).unwrap(), before, "nothing moved");
     // Exchanging with another file's short name is checked on both sides.
     let g = vol.create_at(FileId(ROOT_INO), &long, Owner::default()).unwrap();
     vol.close(g).unwrap();
     assert!(matches!(
-        vol.rename(FileId(ROOT_INO), b"x", FileId(ROOT_INO), &long, Replace::Exchange),
+        vol.rename_at(FileId(ROOT_INO), b"x", FileId(ROOT_INO), &long, Replace::Exchange),
         Err(VolError::NoRoom { .. })
     ));
     assert_eq!(vol.lookup(FileId(ROOT_INO), b"x").unwrap(), f);

@@ -40,7 +40,7 @@ fn fresh() -> Arc<MemDevice> {
 /// directory) its inode, contents, link target and extended attributes.
 fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
     fn walk(vol: &Volume, dir: FileId, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
-        for e in vol.read_dir(dir).unwrap() {
+        for e in vol.dir_entries(dir).unwrap() {
             let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
             if e.is_dir {
                 out.insert(path.clone(), None);
@@ -70,7 +70,7 @@ fn paths(vol: &Volume) -> BTreeMap<String, Option<Vec<u8>>> {
 fn operations_and_their_errors() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
-    let d = vol.mkdir(FileId(ROOT_INO), b"d", Owner { mode: 0o750, umask: 0, uid: 5, gid: 6 }).unwrap();
+    let d = vol.mkdir_at(FileId(ROOT_INO), b"d", Owner { mode: 0o750, umask: 0, uid: 5, gid: 6 }).unwrap();
     let f = vol.create_at(d, b"f", Owner::default()).unwrap();
     vol.write(f, 0, b"hello").unwrap();
     assert_eq!(vol.lookup(FileId(ROOT_INO), b"d").unwrap(), d);
@@ -85,17 +85,17 @@ fn operations_and_their_errors() {
     vol.unlink_at(d, &[b'n'; 255]).unwrap();
     assert!(matches!(vol.create_at(f, b"x", Owner::default()), Err(VolError::NotADirectory(_))));
     assert!(matches!(vol.lookup(d, b"nope"), Err(VolError::NoEntry { .. })));
-    assert!(matches!(vol.rmdir(FileId(ROOT_INO), b"d"), Err(VolError::NotEmpty(_))));
+    assert!(matches!(vol.rmdir_at(FileId(ROOT_INO), b"d"), Err(VolError::NotEmpty(_))));
     assert!(matches!(vol.unlink_at(FileId(ROOT_INO), b"d"), Err(VolError::IsADirectory(_))));
-    assert!(matches!(vol.rmdir(d, b"f"), Err(VolError::NotADirectory(_))));
+    assert!(matches!(vol.rmdir_at(d, b"f"), Err(VolError::NotADirectory(_))));
     // A directory cannot move under itself.
-    let sub = vol.mkdir(d, b"sub", Owner::default()).unwrap();
-    assert!(matches!(vol.rename(FileId(ROOT_INO), b"d", sub, b"d", Replace::Allowed), Err(VolError::Loop(_))));
+    let sub = vol.mkdir_at(d, b"sub", Owner::default()).unwrap();
+    assert!(matches!(vol.rename_at(FileId(ROOT_INO), b"d", sub, b"d", Replace::Allowed), Err(VolError::Loop(_))));
     // Rename over a file replaces it; NOREPLACE refuses.
     let g = vol.create_at(FileId(ROOT_INO), b"g", Owner::default()).unwrap();
     vol.write(g, 0, b"old").unwrap();
-    assert!(matches!(vol.rename(d, b"f", FileId(ROOT_INO), b"g", Replace::Never), Err(VolError::Exists { .. })));
-    vol.rename(d, b"f", FileId(ROOT_INO), b"g", Replace::Allowed).unwrap();
+    assert!(matches!(vol.rename_at(d, b"f", FileId(ROOT_INO), b"g", Replace::Never), Err(VolError::Exists { .. })));
+    vol.rename_at(d, b"f", FileId(ROOT_INO), b"g", Replace::Allowed).unwrap();
     assert_eq!(vol.lookup(FileId(ROOT_INO), b"g").unwrap(), f);
     // The replaced file was still open: an orphan until its last close.
     assert_eq!(vol.size(g).unwrap(), 3);
@@ -103,11 +103,11 @@ fn operations_and_their_errors() {
     vol.close(g).unwrap();
     assert!(vol.size(g).is_err(), "the replaced file is gone");
     assert!(matches!(
-        vol.rename(FileId(ROOT_INO), b"g", FileId(ROOT_INO), b"d", Replace::Allowed),
+        vol.rename_at(FileId(ROOT_INO), b"g", FileId(ROOT_INO), b"d", Replace::Allowed),
         Err(VolError::IsADirectory(_))
     ));
     // A directory moves with its entries.
-    vol.rename(FileId(ROOT_INO), b"d", FileId(ROOT_INO), b"e", Replace::Allowed).unwrap();
+    vol.rename_at(FileId(ROOT_INO), b"d", FileId(ROOT_INO), b"e", Replace::Allowed).unwrap();
     assert_eq!(vol.lookup(vol.lookup(FileId(ROOT_INO), b"e").unwrap(), b"sub").unwrap(), sub);
     let a = vol
         .set_attr(f, SetAttr { mode: Some(0o600), mtime: Some(mballoc_vol::Time::At(7)), ..SetAttr::default() })
@@ -117,9 +117,9 @@ fn operations_and_their_errors() {
     vol.close(f).unwrap();
     vol.unlink_at(FileId(ROOT_INO), b"g").unwrap();
     assert_eq!(vol.usage().free_inodes, before.free_inodes + 1);
-    vol.rmdir(vol.lookup(FileId(ROOT_INO), b"e").unwrap(), b"sub").unwrap();
-    vol.rmdir(FileId(ROOT_INO), b"e").unwrap();
-    assert!(vol.read_dir(FileId(ROOT_INO)).unwrap().is_empty());
+    vol.rmdir_at(vol.lookup(FileId(ROOT_INO), b"e").unwrap(), b"sub").unwrap();
+    vol.rmdir_at(FileId(ROOT_INO), b"e").unwrap();
+    assert!(vol.dir_entries(FileId(ROOT_INO)).unwrap().is_empty());
     vol.unmount().unwrap();
     assert!(check(&*dev, Repair::No).unwrap().is_clean());
 }
@@ -128,7 +128,7 @@ fn operations_and_their_errors() {
 fn the_tree_survives_unmount_and_crash() {
     let dev = fresh();
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
-    let d = vol.mkdir(FileId(ROOT_INO), b"logs", Owner::default()).unwrap();
+    let d = vol.mkdir_at(FileId(ROOT_INO), b"logs", Owner::default()).unwrap();
     let f = vol.create_at(d, b"a.log", Owner { mode: 0o600, umask: 0, uid: 1000, gid: 100 }).unwrap();
     vol.write(f, 0, &[1; 3000]).unwrap();
     vol.fsync(f).unwrap();
@@ -137,7 +137,7 @@ fn the_tree_survives_unmount_and_crash() {
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
     assert_eq!(paths(&vol), want);
     assert_eq!(vol.attr(f).unwrap().uid, 1000);
-    vol.rename(d, b"a.log", FileId(ROOT_INO), b"b.log", Replace::Allowed).unwrap();
+    vol.rename_at(d, b"a.log", FileId(ROOT_INO), b"b.log", Replace::Allowed).unwrap();
     vol.sync().unwrap();
     let want = paths(&vol);
     vol.abandon(); // a crash: the rename is in the journal only
@@ -152,7 +152,7 @@ fn files_made_without_names_appear_in_the_root_by_number() {
     let vol = Volume::open(dev.clone(), mount_opts()).unwrap();
     vol.create_at(FileId(ROOT_INO), b"13", Owner::default()).unwrap_or_else(|e| panic!("{e}"));
     let f = vol.create().unwrap();
-    let name = vol.read_dir(FileId(ROOT_INO)).unwrap().into_iter().find(|e| e.ino == f).unwrap().name;
+    let name = vol.dir_entries(FileId(ROOT_INO)).unwrap().into_iter().find(|e| e.ino == f).unwrap().name;
     assert_eq!(f.0, 13, "the engine numbers files from 12");
     assert_eq!(name, b"13.1", "{}", String::from_utf8_lossy(&name));
     assert_eq!(vol.files().len(), 2);
@@ -194,7 +194,7 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
         // A rename over an empty directory removes it.
         dirs.retain(|&d| vol.attr(d).is_ok());
         let dir = dirs[rng.gen_range(0..dirs.len())];
-        let entries = vol.read_dir(dir).unwrap();
+        let entries = vol.dir_entries(dir).unwrap();
         let name = format!("n{}", rng.gen_range(0..12)).into_bytes();
         match rng.gen_range(0..11) {
             0..=2 => {
@@ -204,7 +204,7 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
                 }
             }
             3 => {
-                if let Ok(d) = vol.mkdir(dir, &name, Owner::default()) {
+                if let Ok(d) = vol.mkdir_at(dir, &name, Owner::default()) {
                     dirs.push(d);
                 }
             }
@@ -212,7 +212,7 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
                 let e = &entries[rng.gen_range(0..entries.len())];
                 let to = dirs[rng.gen_range(0..dirs.len())];
                 let how = [Replace::Allowed, Replace::Exchange][rng.gen_range(0..2)];
-                let _ = vol.rename(dir, &e.name, to, &name, how);
+                let _ = vol.rename_at(dir, &e.name, to, &name, how);
             }
             7 if !entries.is_empty() => {
                 // A hard link, a symbolic link (long ones overflow the
@@ -220,16 +220,16 @@ fn a_crash_at_any_point_leaves_the_last_synced_tree_or_the_next() {
                 let e = &entries[rng.gen_range(0..entries.len())];
                 let to = dirs[rng.gen_range(0..dirs.len())];
                 let _ = match rng.gen_range(0..3) {
-                    0 => vol.link(e.ino, to, &name),
+                    0 => vol.link_at(e.ino, to, &name),
                     1 => vol
-                        .symlink(to, &name, &vec![b'a' + (i % 26) as u8; rng.gen_range(1..600)], Owner::default())
+                        .symlink_at(to, &name, &vec![b'a' + (i % 26) as u8; rng.gen_range(1..600)], Owner::default())
                         .map(drop),
-                    _ => vol.set_xattr(e.ino, b"user.t", &vec![i as u8; rng.gen_range(0..900)], XattrSet::Any),
+                    _ => vol.set_xattr_at(e.ino, b"user.t", &vec![i as u8; rng.gen_range(0..900)], XattrSet::Any),
                 };
             }
             6 if !entries.is_empty() => {
                 let e = &entries[rng.gen_range(0..entries.len())];
-                let gone = if e.is_dir { vol.rmdir(dir, &e.name) } else { vol.unlink_at(dir, &e.name) };
+                let gone = if e.is_dir { vol.rmdir_at(dir, &e.name) } else { vol.unlink_at(dir, &e.name) };
                 if gone.is_ok() {
                     dirs.retain(|&d| d != e.ino);
                 }

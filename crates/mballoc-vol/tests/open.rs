@@ -190,3 +190,40 @@ fn a_kernel_profile_is_in_force_whole() {
     assert_eq!(got.storage.free_reuse, mballoc_fs::FreeReuse::AtCommit);
     assert_eq!(got.storage.dirty_limit_blocks, u64::MAX, "the volume writes back itself");
 }
+
+#[test]
+fn settings_by_name_reach_the_engine_and_bad_ones_refuse_the_mount() {
+    let dev = Arc::new(MemDevice::new(64 << 20));
+    Volume::format(dev.clone(), &FormatOptions::default()).unwrap();
+    let mut opts = MountOptions::default();
+    opts.set_all(["profile=kernel", "mb_max_to_scan=50", "commit=0"]).unwrap();
+    let vol = Volume::open(dev.clone(), opts).unwrap();
+    let got = vol.fs().config().clone();
+    let geometry = vol.superblock().geometry();
+    let mut kernel = FsConfig::kernel(geometry);
+    kernel.placement.tunables.mb_max_to_scan = 50;
+    assert_eq!(got.behaviour, kernel.behaviour);
+    assert_eq!(format!("{:?}", got.placement), format!("{:?}", kernel.placement));
+    vol.unmount().unwrap();
+
+    let mut opts = MountOptions::default();
+    for bad in ["mb_max_to_scan=0", "inodes_per_group=64", "dirty_limit_blocks=5", "nosuch=1", "commit=-1", "noequals"]
+    {
+        let e = opts.set_all([bad]).unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL, "{bad}: {e}");
+    }
+    assert!(opts.settings.is_empty(), "a refused option changes nothing");
+}
+
+#[test]
+fn what_is_no_volume_is_an_invalid_argument() {
+    let small = Arc::new(MemDevice::new(100));
+    let e = Volume::open(small, MountOptions::default()).err().expect("refused");
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    assert!(e.to_string().contains("too small"), "{e}");
+    let zeros = Arc::new(MemDevice::new(8 << 20));
+    let e = Volume::open(zeros, MountOptions::default()).err().expect("refused");
+    assert_eq!((e.errno(), e.to_string().contains("not an mballoc volume")), (libc::EINVAL, true), "{e}");
+    let e = Volume::format(Arc::new(MemDevice::new(4096)), &FormatOptions::default()).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "an impossible geometry: {e}");
+}

@@ -36,7 +36,7 @@ fn volume() -> (Arc<MemDevice>, u64, u64, u64) {
     Volume::format(dev.clone(), &opts()).unwrap();
     let vol = mount(&dev);
     let root = vol.root();
-    let dir = vol.mkdir(root, b"dir", Owner::default()).unwrap();
+    let dir = vol.mkdir_at(root, b"dir", Owner::default()).unwrap();
     for (name, byte) in [(&b"x"[..], 0x11u8), (b"y", 0x22)] {
         let f = vol.create_at(dir, name, Owner::default()).unwrap();
         vol.write(f, 0, &[byte; 1500]).unwrap();
@@ -62,7 +62,7 @@ const BLOCKS: u64 = 200;
 
 fn lost_found(vol: &Volume) -> Vec<(Vec<u8>, u64)> {
     let lf = vol.lookup(vol.root(), b"lost+found").expect("lost+found exists");
-    vol.read_dir(lf).unwrap().into_iter().map(|e| (e.name, e.ino.0)).collect()
+    vol.dir_entries(lf).unwrap().into_iter().map(|e| (e.name, e.ino.0)).collect()
 }
 
 fn converged(dev: &Arc<MemDevice>) {
@@ -154,7 +154,7 @@ fn an_empty_file_with_damaged_attributes_goes_to_lost_found() {
     let vol = mount(&dev);
     let f = vol.create_at(vol.root(), b"empty", Owner::default()).unwrap();
     // Attributes long enough for an overflow block.
-    vol.set_xattr(f, b"user.long", &[0x5A; 900], mballoc_vol::XattrSet::Any).unwrap();
+    vol.set_xattr_at(f, b"user.long", &[0x5A; 900], mballoc_vol::XattrSet::Any).unwrap();
     vol.close(f).unwrap();
     vol.unmount().unwrap();
     let block = structures(&*dev)

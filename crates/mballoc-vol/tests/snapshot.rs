@@ -30,7 +30,7 @@ fn a_snapshot_sees_what_was_committed_and_knows_when_it_is_stale() {
     let ro = MountOptions { access: Access::ReadOnly, ..MountOptions::default() };
     assert!(matches!(Volume::open(dev.clone(), ro), Err(VolError::Busy { .. })), "read-only beside a writer");
     let snap = Volume::open(dev.clone(), snapshot_opts()).unwrap();
-    assert_eq!(snap.list_dir("/").unwrap(), vec![b"a".to_vec()]);
+    assert_eq!(snap.read_dir("/").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>(), vec![b"a".to_vec()]);
     let mut back = vec![0u8; 5000];
     snap.file("/a", OpenOptions::new().read(true)).unwrap().read_at(&mut back, 0).unwrap();
     assert!(back.iter().all(|&x| x == 1));
@@ -42,7 +42,10 @@ fn a_snapshot_sees_what_was_committed_and_knows_when_it_is_stale() {
     a.sync_all().unwrap(); // commits /b's name too
     assert!(!snap.snapshot_is_current().unwrap());
     let again = Volume::open(dev.clone(), snapshot_opts()).unwrap();
-    assert_eq!(again.list_dir("/").unwrap(), vec![b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(
+        again.read_dir("/").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>(),
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
 }
 
 #[test]
@@ -78,7 +81,7 @@ fn snapshots_taken_while_a_writer_runs_are_whole() {
                 Err(e) => panic!("a snapshot beside a writer: {e}"),
             };
             let mut ok = true;
-            for name in snap.list_dir("/").unwrap() {
+            for name in snap.read_dir("/").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>() {
                 let name = String::from_utf8(name).unwrap();
                 let i: u32 = name[1..].parse().unwrap();
                 let id = snap.resolve(&name).unwrap();
@@ -101,7 +104,7 @@ fn snapshots_taken_while_a_writer_runs_are_whole() {
     let last = Volume::open(dev.clone(), snapshot_opts()).unwrap();
     assert!(last.snapshot_is_current().unwrap());
     let names: Vec<Vec<u8>> = (380..400).map(|i| format!("f{i}").into_bytes()).collect();
-    let mut listed = last.list_dir("/").unwrap();
+    let mut listed = last.read_dir("/").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>();
     listed.sort();
     let mut want = names.clone();
     want.sort();
@@ -119,5 +122,5 @@ fn another_process_may_hold_the_file_read_write() {
     writer.file("/x", OpenOptions::new().write(true).create(true)).unwrap().sync_all().unwrap();
     assert!(matches!(FileDevice::open(&path, OpenMode::ReadOnly), Err(VolError::Busy { .. })));
     let snap = Volume::open(Arc::new(FileDevice::open(&path, OpenMode::Snapshot).unwrap()), snapshot_opts()).unwrap();
-    assert_eq!(snap.list_dir("/").unwrap(), vec![b"x".to_vec()]);
+    assert_eq!(snap.read_dir("/").unwrap().into_iter().map(|e| e.name).collect::<Vec<_>>(), vec![b"x".to_vec()]);
 }

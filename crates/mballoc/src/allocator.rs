@@ -27,7 +27,7 @@ use std::time::Instant;
 /// let got = a.allocate(&AllocRequest::new(16).try_goal(1000))?;
 /// assert_eq!(got.extent.start, 1000);
 /// a.free(got.extent.start, 16)?;
-/// assert!(a.free(got.extent.start, 16).is_err()); // double free: typed error
+/// assert!(a.free(got.extent.start, 16).is_err()); // freed already: a typed error
 /// # Ok::<(), mballoc::Error>(())
 /// ```
 pub struct Allocator {

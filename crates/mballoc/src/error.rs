@@ -62,9 +62,9 @@ pub enum Error {
     #[error("invalid request: {0}")]
     InvalidRequest(&'static str),
 
-    /// Freeing a block that is already free.
-    #[error("double free: block {block} is already free")]
-    DoubleFree {
+    /// Freeing a block that is free: freed before, or never allocated.
+    #[error("block {block} is free already (freed before, or never allocated): nothing was freed")]
+    AlreadyFree {
         /// The first such block.
         block: u64,
     },

@@ -99,7 +99,7 @@ impl Allocator {
                 RangeOp::Free => {
                     let f = buddy.next_free(off);
                     if f < off + n {
-                        return Err(Error::DoubleFree { block: base + u64::from(f) });
+                        return Err(Error::AlreadyFree { block: base + u64::from(f) });
                     }
                 }
                 RangeOp::Claim => {

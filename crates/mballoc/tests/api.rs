@@ -14,8 +14,8 @@ fn bad_input_is_a_typed_error_and_changes_nothing() {
     let e = a.allocate(&AllocRequest::new(100).try_goal(5000)).unwrap().extent;
     let before = snapshot(&a);
     assert_eq!(a.free(e.start, 0), Err(Error::ZeroLength));
-    assert_eq!(a.free(e.start + 100, 1), Err(Error::DoubleFree { block: e.start + 100 }));
-    assert_eq!(a.free(e.start + 50, 100), Err(Error::DoubleFree { block: e.start + 100 }));
+    assert_eq!(a.free(e.start + 100, 1), Err(Error::AlreadyFree { block: e.start + 100 }));
+    assert_eq!(a.free(e.start + 50, 100), Err(Error::AlreadyFree { block: e.start + 100 }));
     assert!(matches!(a.free(4 * 32768 - 1, 2), Err(Error::OutOfRange { .. })));
     assert!(matches!(a.free(u64::MAX, 2), Err(Error::OutOfRange { .. })));
     assert_eq!(a.free(32768 + 3, 1), Err(Error::ReservedBlock { block: 32768 + 3 }));

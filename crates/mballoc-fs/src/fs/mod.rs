@@ -240,20 +240,7 @@ impl Fs {
                 )));
             }
         }
-        let mut b = Allocator::builder(cfg.shape.geometry)
-            .tunables(cfg.placement.tunables)
-            .concurrency(cfg.placement.concurrency)
-            .flex_groups(cfg.shape.flex_groups);
-        for &(s, l) in &cfg.shape.reserved {
-            b = b.reserve(s, l);
-        }
-        if let Some(n) = cfg.placement.stream_goals {
-            b = b.stream_goals(n);
-        }
-        if let Some(p) = &cfg.placement.policy {
-            b = b.policy(p.clone());
-        }
-        let alloc = b.build()?;
+        let alloc = cfg.allocator_builder().build()?;
         let free = alloc.free_blocks();
         let concurrency = cfg.placement.concurrency;
         Ok(Fs {
@@ -299,7 +286,7 @@ impl Fs {
     }
 
     /// Size in bytes of the blocks files are counted in: ext4's block, or
-    /// under bigalloc ([`FsConfig::cluster_bits`]) its cluster. Every
+    /// under bigalloc ([`Shape::cluster_bits`](crate::Shape::cluster_bits)) its cluster. Every
     /// logical and physical number, length and count of the engine is
     /// in these.
     pub fn block_size(&self) -> u64 {

@@ -215,9 +215,9 @@ impl Target for MountedTarget {
             let mut out = Vec::new();
             let mut seen = std::collections::HashSet::new();
             for name in names {
-                let ino = match vol.resolve(&format!("lab/{name}")) {
+                let ino = match vol.resolve(format!("lab/{name}")) {
                     Ok(ino) => ino,
-                    Err(mballoc_vol::VolError::NoEntry { .. }) => continue,
+                    Err(e) if matches!(e.cause(), mballoc_vol::VolError::NoEntry { .. }) => continue,
                     Err(e) => return Err(e.into()),
                 };
                 // Directories are not files; a file with several names once.

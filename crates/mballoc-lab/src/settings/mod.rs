@@ -30,7 +30,6 @@ pub mod engine;
 pub mod kernel;
 pub mod sweep;
 
-pub use engine::ENGINE_KEYS;
 pub use kernel::KERNEL_KEYS;
 pub use sweep::{combinations, parse_sweep, SweepMode};
 
@@ -283,8 +282,8 @@ fn check(s: &Setting) -> Result<(), LabError> {
     let bad = |why: String| Err(LabError::Invalid(format!("setting {s}: {why}")));
     match s.scope {
         Scope::Engine => {
-            if !ENGINE_KEYS.iter().any(|k| k.key == s.key) {
-                let keys: Vec<&str> = ENGINE_KEYS.iter().map(|k| k.key).collect();
+            if !engine::is_key(&s.key) {
+                let keys: Vec<&str> = engine::keys().map(|k| k.key).collect();
                 return bad(format!("no engine setting {:?}; the engine's are {}", s.key, keys.join(", ")));
             }
             let geo = Geometry::new(4096, 1 << 20).expect("a valid scratch geometry");

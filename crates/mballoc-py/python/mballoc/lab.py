@@ -2,7 +2,7 @@
 ``mballoc lab run SCENARIO --json`` prints, as Python objects."""
 
 import json
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from . import _native
 
@@ -18,10 +18,11 @@ def run(
     backends: Iterable[str] = ("engine",),
     set: Optional[Dict[str, object]] = None,  # noqa: A002 - the CLI's name
     seed: int = 1,
-) -> dict:
+) -> Dict[str, Any]:
     """Run one scenario on ``backends`` (``engine``; ``ext4``, ``xfs``,
     ``btrfs`` and ``mount`` need root) with ``set`` laid over every row
     (``{"engine.mb_max_to_scan": 50, "engine.profile": "kernel"}``: the
     keys of ``mballoc lab settings``)."""
     settings = [f"{k}={v}" for k, v in (set or {}).items()]
-    return json.loads(_native.lab_run(scenario, quick, list(backends), settings, seed))
+    report: Dict[str, Any] = json.loads(_native.lab_run(scenario, quick, list(backends), settings, seed))
+    return report

@@ -75,8 +75,7 @@ pub enum Seal {
 }
 
 fn superblock(dev: &dyn Device) -> Result<Superblock> {
-    let mut head = vec![0u8; SUPERBLOCK_BYTES];
-    dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
+    let head = crate::format::read_superblock(dev)?;
     Superblock::decode(&head, dev.len())
 }
 

@@ -28,7 +28,7 @@ pub fn model(vol: &Volume) -> Model {
     let mut out = Model::new();
     let mut dirs = vec![vol.root()];
     while let Some(dir) = dirs.pop() {
-        for e in vol.read_dir(dir).unwrap() {
+        for e in vol.dir_entries(dir).unwrap() {
             if out.contains_key(&e.ino.0) {
                 continue;
             }
@@ -50,7 +50,7 @@ pub fn model(vol: &Volume) -> Model {
                 }
                 Some(b)
             } else if a.is_symlink() {
-                Some(vol.readlink(e.ino).unwrap())
+                Some(vol.link_target(e.ino).unwrap())
             } else {
                 Some(a.mode.to_le_bytes().to_vec())
             };
@@ -94,12 +94,12 @@ pub fn sample_volume(left: Left) -> (Vec<u8>, Model) {
         vol.write(pad, i * 1024, &[0xEE; 1024]).unwrap();
         vol.fsync(pad).unwrap();
     }
-    let d = vol.mkdir(root, b"dir", Owner::default()).unwrap();
+    let d = vol.mkdir_at(root, b"dir", Owner::default()).unwrap();
     let b = vol.create_at(d, b"b", Owner::default()).unwrap();
     vol.write(b, 0, &[0xB0; 3000]).unwrap();
-    vol.set_xattr(b, b"user.long", &[0x5A; 700], XattrSet::Any).unwrap();
-    vol.link(b, root, b"b-link").unwrap();
-    vol.symlink(root, b"sym", b"dir/b", Owner::default()).unwrap();
+    vol.set_xattr_at(b, b"user.long", &[0x5A; 700], XattrSet::Any).unwrap();
+    vol.link_at(b, root, b"b-link").unwrap();
+    vol.symlink_at(root, b"sym", b"dir/b", Owner::default()).unwrap();
     for f in [frag, pad, b] {
         vol.close(f).unwrap();
     }
@@ -111,7 +111,7 @@ pub fn sample_volume(left: Left) -> (Vec<u8>, Model) {
     vol.open_file(frag).unwrap();
     vol.write(frag, 500, &[0x77; 2600]).unwrap();
     vol.fsync(frag).unwrap();
-    vol.rename(d, b"b", d, b"b2", crate::Replace::Allowed).unwrap();
+    vol.rename_at(d, b"b", d, b"b2", crate::Replace::Allowed).unwrap();
     vol.open_file(c).unwrap();
     vol.write(c, 2000, &[0xC1; 100]).unwrap();
     vol.fsync(c).unwrap();
