@@ -48,31 +48,36 @@ field() { # python expression over the report `r` (stdin)
 }
 
 median_range() { # values on stdin -> "median (min–max)"
-    sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.4g (%.4g–%.4g)", m, v[1], v[NR]}'
+    sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.0f (%.0f–%.0f)", m, v[1], v[NR]}'
 }
 
-declare -A RES
-for fs in ext4 engine; do
-    seqw=() seqr=() randw=() create=()
-    for _ in $(seq "$REPEATS"); do
+declare -A RES VALS
+# The two file systems alternate within each repeat (ext4 first in odd
+# repeats, the mount first in even ones), so both meet the same host:
+# this machine's speed drifts by 2x over minutes.
+for r in $(seq "$REPEATS"); do
+    order="ext4 engine"
+    [ $((r % 2)) = 0 ] && order="engine ext4"
+    for fs in $order; do
         mount_fs $fs fresh
         # MiB/s: bytes over the whole job, the closing fsync included.
-        seqw+=("$(fio_json --name=seq --rw=write --bs=1M --size=512M --end_fsync=1 | field "round(r['write']['io_bytes']/1048576/(r['job_runtime']/1000),1)")")
+        VALS[$fs,seqw]+="$(fio_json --name=seq --rw=write --bs=1M --size=512M --end_fsync=1 | field "round(r['write']['io_bytes']/1048576/(r['job_runtime']/1000),1)") "
         unmount_fs $fs
         sync
         echo 3 >/proc/sys/vm/drop_caches
         mount_fs $fs
-        seqr+=("$(fio_json --name=seq --rw=read --bs=1M --size=512M | field "round(r['read']['bw']/1024,1)")")
-        randw+=("$(fio_json --name=rand --rw=randwrite --bs=4k --size=64M --io_size=16M --fdatasync=1 --randrepeat=1 | field "round(r['write']['iops'])")")
+        VALS[$fs,seqr]+="$(fio_json --name=seq --rw=read --bs=1M --size=512M | field "round(r['read']['bw']/1024,1)") "
+        VALS[$fs,randw]+="$(fio_json --name=rand --rw=randwrite --bs=4k --size=64M --io_size=16M --fdatasync=1 --randrepeat=1 | field "round(r['write']['iops'])") "
         mkdir "$W/mnt/small"
-        create+=("$(fio_json --name=small --directory="$W/mnt/small" --rw=write --bs=4k --filesize=4k --nrfiles=4000 \
-            --openfiles=1 --file_service_type=sequential --create_on_open=1 --fsync=100 | field "round(r['write']['iops'])")")
+        VALS[$fs,create]+="$(fio_json --name=small --directory="$W/mnt/small" --rw=write --bs=4k --filesize=4k --nrfiles=4000 \
+            --openfiles=1 --file_service_type=sequential --create_on_open=1 --fsync=100 | field "round(r['write']['iops'])") "
         unmount_fs $fs
     done
-    RES[$fs,seqw]=$(printf '%s\n' "${seqw[@]}" | median_range)
-    RES[$fs,seqr]=$(printf '%s\n' "${seqr[@]}" | median_range)
-    RES[$fs,randw]=$(printf '%s\n' "${randw[@]}" | median_range)
-    RES[$fs,create]=$(printf '%s\n' "${create[@]}" | median_range)
+done
+for fs in ext4 engine; do
+    for k in seqw seqr randw create; do
+        RES[$fs,$k]=$(printf '%s\n' ${VALS[$fs,$k]} | median_range)
+    done
 done
 
 ratio() { # key -> engine median / ext4 median

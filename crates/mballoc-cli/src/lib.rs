@@ -134,9 +134,9 @@ enum Cmd {
         /// The allocation policy: the engine's own, or ext4's (docs/PROFILES.md).
         #[arg(long, value_enum, default_value = "default")]
         profile: ProfileArg,
-        /// Threads serving FUSE requests.
-        #[arg(long, default_value_t = 4)]
-        threads: usize,
+        /// Threads serving FUSE requests [default: two per CPU, 4 to 16].
+        #[arg(long)]
+        threads: Option<usize>,
         /// Seconds data may stay volatile without an fsync (ext4's commit=); 0: only fsync and unmount commit.
         #[arg(long, default_value_t = 5)]
         commit: u64,
@@ -415,11 +415,13 @@ fn run() -> Result<()> {
             let mut config = mballoc_mount::MountConfig {
                 folio,
                 profile,
-                threads,
                 commit: std::time::Duration::from_secs(commit),
                 stats,
                 ..Default::default()
             };
+            if let Some(n) = threads {
+                config.threads = n;
+            }
             if let Some(o) = options {
                 config.apply(&o)?;
             }

@@ -9,7 +9,9 @@
 //! caching), so buffered writes reach the volume's folio cache as they
 //! are made, and `O_DIRECT` opens go to the device unbuffered.
 
-use crate::fuse::abi::{fattr, put_entry, Out, FOPEN_DIRECT_IO, OPEN_KILL_SUIDGID, WRITE_KILL_SUIDGID};
+use crate::fuse::abi::{
+    fattr, put_entry, Out, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, OPEN_KILL_SUIDGID, WRITE_KILL_SUIDGID,
+};
 use crate::options::Atime;
 use crate::server::{errno, Caller, Done, VolumeFs, TTL};
 use crate::stat::file_attr;
@@ -42,10 +44,27 @@ fn refuse(ino: u64, why: &'static str) -> VolError {
     VolError::NotPermitted { ino, why }
 }
 
-/// `struct fuse_open_out`.
-fn put_open(out: &mut Out, fh: u64) {
-    let flags = if fh & DIRECT != 0 { FOPEN_DIRECT_IO } else { 0 };
+/// `struct fuse_open_out`. A buffered open keeps the file's page cache
+/// (nothing changes the file but this mount, which tells the kernel what
+/// it changes itself) unless `cache` says the next read must reach the
+/// server.
+fn put_open(out: &mut Out, fh: u64, cache: PageCache) {
+    let flags = match (fh & DIRECT != 0, cache) {
+        (true, _) => FOPEN_DIRECT_IO,
+        (false, PageCache::Keep) => FOPEN_KEEP_CACHE,
+        (false, PageCache::Drop) => 0,
+    };
     out.u64(fh).u32(flags).u32(0);
+}
+
+/// What an open does with the pages the kernel holds of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageCache {
+    Keep,
+    /// Dropped, so that the next read reaches the server: it is due to
+    /// update the access time, which a read served from the page cache
+    /// would not.
+    Drop,
 }
 
 impl VolumeFs {
@@ -72,7 +91,7 @@ impl VolumeFs {
 
     pub(crate) fn open(&self, c: Caller, ino: u64, flags: i32, open_flags: u32, out: &mut Out) -> Done {
         let fh = self.open_file(c, ino, flags, open_flags & OPEN_KILL_SUIDGID != 0).map_err(|e| errno(&e))?;
-        put_open(out, fh);
+        put_open(out, fh, self.page_cache(ino));
         Ok(())
     }
 
@@ -131,24 +150,34 @@ impl VolumeFs {
     fn created(&self, ino: u64, flags: i32, out: &mut Out) -> Done {
         let (a, generation, _) = file_attr(&self.vol, ino).map_err(|e| errno(&e))?;
         put_entry(out, &a, u64::from(generation), TTL, TTL);
-        put_open(out, if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 });
+        put_open(out, if flags & libc::O_DIRECT != 0 { DIRECT } else { 0 }, self.page_cache(ino));
         Ok(())
+    }
+
+    /// Whether an open may keep the file's cached pages: not when the
+    /// next read is due to update the access time.
+    fn page_cache(&self, ino: u64) -> PageCache {
+        let rule = match if self.vfs.read_only() { Atime::NoAtime } else { self.vfs.atime() } {
+            Atime::NoAtime => return PageCache::Keep,
+            Atime::Relatime => mballoc_vol::AccessTime::Relative,
+            Atime::Strict => mballoc_vol::AccessTime::Strict,
+        };
+        match self.vol.access_due(FileId(ino), rule) {
+            Ok(false) => PageCache::Keep,
+            Ok(true) | Err(_) => PageCache::Drop,
+        }
     }
 
     pub(crate) fn read(&self, ino: u64, fh: u64, offset: u64, size: u32, out: &mut Out) -> Done {
         let f = FileId(ino);
         let bs = u64::from(self.vol.superblock().block_size);
-        // The buffer is reused from request to request: only its growth
-        // is zeroed.
-        out.bytes.resize(size as usize, 0);
+        // The data buffer is reused from request to request, never zeroed
+        // again: the read fills what is sent.
+        let buf = out.data_mut(size as usize);
         let direct = fh & DIRECT != 0 && aligned(offset, u64::from(size), bs);
-        let r = if direct {
-            self.vol.read_direct(f, offset, &mut out.bytes)
-        } else {
-            self.vol.read(f, offset, &mut out.bytes)
-        };
+        let r = if direct { self.vol.read_direct(f, offset, buf) } else { self.vol.read(f, offset, buf) };
         let n = r.map_err(|e| errno(&e))?;
-        out.bytes.truncate(n);
+        out.keep_data(n);
         let noted = match if self.vfs.read_only() { Atime::NoAtime } else { self.vfs.atime() } {
             Atime::Relatime => self.vol.note_access(f),
             Atime::Strict => self.vol.note_access_as(f, mballoc_vol::AccessTime::Strict),

@@ -58,11 +58,16 @@ mod data;
 mod dirs;
 mod entries;
 mod fuse;
+mod kernel_cache;
 mod options;
 mod server;
 mod stat;
 mod table;
 mod vfs_flags;
+
+/// The server's cache of file data (`-o cache_bytes=` changes it): see
+/// [`mount`].
+pub const MOUNT_CACHE_BYTES: u64 = 64 << 20;
 
 pub use options::{parse_size, Atime, MountConfig, Profile};
 pub use table::{is_mounted, mounted_source, umount};
@@ -138,9 +143,22 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     }
     let devices = open_devices(args)?;
     let access = if c.read_only { Access::ReadOnly } else { Access::ReadWrite };
-    // The profile first, then the engine's settings in the order given.
-    let settings = std::iter::once(format!("profile={}", c.profile.name())).chain(c.settings.iter().cloned()).collect();
-    let opts = MountOptions { folio_size: c.folio, access, commit: c.commit, settings, ..MountOptions::default() };
+    // The kernel's page cache holds what was read and written (each open
+    // keeps it, readahead fills it): the server's own cache is for the
+    // dirty data delayed allocation waits on, and is kept small, so its
+    // folios are reused while still in memory instead of faulted in anew
+    // (sequential writes: 0.39x ext4 with 512 MiB, 0.6x with 64 MiB).
+    let mut opts = MountOptions {
+        folio_size: c.folio,
+        access,
+        commit: c.commit,
+        cache_bytes: MOUNT_CACHE_BYTES,
+        dirty_bytes: MOUNT_CACHE_BYTES / 2,
+        ..MountOptions::default()
+    };
+    // The profile first, then the options and settings in the order given.
+    opts.set("profile", c.profile.name())?;
+    opts.set_all(c.settings.iter().map(String::as_str))?;
     let vol =
         Volume::open(devices.volume.clone(), opts).with_context(|| format!("mounting {}", args.volume.display()))?;
     let source = std::fs::canonicalize(&args.volume).unwrap_or_else(|_| args.volume.clone());
@@ -161,7 +179,8 @@ pub fn serve(args: &MountArgs) -> Result<()> {
         devices: root,
         atime: c.atime,
     };
-    let fs = server::VolumeFs::new(vol.clone(), c.atime, c.read_only);
+    let mut fs = server::VolumeFs::new(vol.clone(), c.atime, c.read_only);
+    fs.mount_dir = Some(args.dir.clone());
     let ch = fuse::mount::mount(&spec)?;
     if let Ok(n) = ch.clone_for_thread() {
         let _ = fs.notifier.set(n);

@@ -20,13 +20,8 @@ use crate::vfs_flags::VfsFlags;
 use mballoc_vol::{Halt, VolError, Volume};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-/// How long the kernel may cache names and attributes. Every change goes
-/// through this process, and where the server changes an inode behind
-/// the kernel's back (set-ID bits a write clears, chattr's change time)
-/// it tells the kernel to drop what it cached.
-pub(crate) const TTL: Duration = Duration::from_secs(1);
+pub(crate) use crate::kernel_cache::TTL;
 
 /// A request's outcome: the reply's body is in the `Out`, or an errno.
 pub(crate) type Done = Result<(), i32>;
@@ -81,6 +76,8 @@ pub(crate) struct VolumeFs {
     pub shut_down: AtomicBool,
     /// What INIT agreed.
     pub agreed: OnceLock<Agreed>,
+    /// Where the volume is mounted (for the readahead knob).
+    pub mount_dir: Option<std::path::PathBuf>,
 }
 
 impl VolumeFs {
@@ -92,6 +89,7 @@ impl VolumeFs {
             notifier: OnceLock::new(),
             shut_down: AtomicBool::new(false),
             agreed: OnceLock::new(),
+            mount_dir: None,
         }
     }
 
@@ -118,7 +116,7 @@ impl VolumeFs {
                 | init::SETXATTR_EXT
                 | init::DIRECT_IO_ALLOW_MMAP,
             max_write: 1 << 20,
-            max_readahead: 1 << 20,
+            max_readahead: crate::kernel_cache::READAHEAD_BYTES,
             time_gran: 1,
         }
     }
@@ -214,6 +212,15 @@ impl VolumeFs {
 impl Handler for VolumeFs {
     fn init(&self, agreed: &Agreed) {
         let _ = self.agreed.set(*agreed);
+        // The kernel has taken INIT's window (it can only have lowered
+        // its default); root raises it where the kernel reads it.
+        if let Some(dir) = &self.mount_dir {
+            if nix::unistd::geteuid().is_root() {
+                if let Err(e) = crate::kernel_cache::raise_readahead(dir, crate::kernel_cache::READAHEAD_BYTES) {
+                    eprintln!("mballoc mount: readahead stays the kernel's default: {e}");
+                }
+            }
+        }
     }
 
     fn handle(&self, h: &Header, op: Op<'_>, out: &mut Out) -> Answer {

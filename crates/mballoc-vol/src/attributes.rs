@@ -165,27 +165,26 @@ impl Volume {
     /// changed.
     pub fn note_access_as(&self, ino: FileId, rule: AccessTime) -> Result<bool> {
         let ino = ino.0;
-        const DAY: i64 = 24 * 3600 * 1_000_000_000;
         let at = now();
-        let stale = |a: &Attr| {
-            let due = match rule {
-                AccessTime::Relative => a.atime <= a.mtime || a.atime <= a.ctime || at - a.atime >= DAY,
-                AccessTime::Strict => a.atime != at,
-            };
-            a.flags & crate::attr::FL_NOATIME == 0 && due
-        };
-        if !stale(self.tree.read().attr(ino)?) || !self.opts.access.writes() {
+        if !access_due(self.tree.read().attr(ino)?, rule, at) || !self.opts.access.writes() {
             return Ok(false);
         }
         self.writable()?;
         let mut t = self.tree.write();
         let a = t.attrs.get_mut(&ino).ok_or(VolError::NoInode(ino))?;
-        if !stale(a) {
+        if !access_due(a, rule, at) {
             return Ok(false);
         }
         a.atime = at;
         self.log.record_attr(ino, a);
         Ok(true)
+    }
+
+    /// Whether a read of `ino` now would change its access time under
+    /// `rule` (a front end that caches file data uses it to decide
+    /// whether the next read must reach the volume).
+    pub fn access_due(&self, ino: FileId, rule: AccessTime) -> Result<bool> {
+        Ok(self.opts.access.writes() && access_due(self.tree.read().attr(ino.0)?, rule, now()))
     }
 
     /// A write, truncation or allocation: the file's capabilities
@@ -241,4 +240,14 @@ impl Volume {
         let m = c.lock().mtime.take();
         m
     }
+}
+
+/// Whether a read at `at` changes `a`'s access time under `rule`.
+fn access_due(a: &Attr, rule: AccessTime, at: i64) -> bool {
+    const DAY: i64 = 24 * 3600 * 1_000_000_000;
+    let due = match rule {
+        AccessTime::Relative => a.atime <= a.mtime || a.atime <= a.ctime || at - a.atime >= DAY,
+        AccessTime::Strict => a.atime != at,
+    };
+    a.flags & crate::attr::FL_NOATIME == 0 && due
 }

@@ -225,7 +225,9 @@ impl Volume {
     fn read_uncached(&self, f: FileId, pos: u64, buf: &mut [u8]) -> Result<()> {
         let bs = self.block_size();
         let end = pos + buf.len() as u64;
-        buf.fill(0);
+        // Every byte is written once: read where an extent is written,
+        // zeroed between (the buffer may hold anything: a reused one).
+        let mut filled = pos;
         for e in self.fs.lookup(f, pos / bs, end.div_ceil(bs))? {
             if e.state != ExtentState::Written {
                 continue;
@@ -235,10 +237,14 @@ impl Volume {
             if a >= b {
                 continue;
             }
+            debug_assert!(a >= filled, "extents come in order and do not overlap");
+            buf[(filled - pos) as usize..(a - pos) as usize].fill(0);
             let dev_at = e.physical_of(a / bs) * bs + a % bs;
             let dst = &mut buf[(a - pos) as usize..(b - pos) as usize];
             self.dev.read_at(dev_at, dst).map_err(|e| VolError::io(format!("reading block {}", dev_at / bs), e))?;
+            filled = b;
         }
+        buf[(filled - pos) as usize..].fill(0);
         Ok(())
     }
 

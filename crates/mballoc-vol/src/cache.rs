@@ -69,7 +69,15 @@ impl Folio {
     /// once, so a large sequential write is not copied along by doubling.
     fn reserve_for(&mut self, want: usize) {
         let target = if want > self.size / 16 { self.size } else { want };
-        if self.data.capacity() < target {
+        if self.data.capacity() >= target {
+            return;
+        }
+        if target == self.size {
+            // The whole folio: a buffer already faulted in, if one waits.
+            let mut whole = crate::folio_pool::take(self.size);
+            whole.extend_from_slice(&self.data);
+            self.data = whole;
+        } else {
             self.data.reserve_exact(target - self.data.len());
         }
     }
@@ -129,6 +137,14 @@ impl Folio {
 
     pub fn dirty_count(&self) -> u64 {
         self.dirty.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+}
+
+impl Drop for Folio {
+    fn drop(&mut self) {
+        if self.data.capacity() == self.size {
+            crate::folio_pool::give(std::mem::take(&mut self.data));
+        }
     }
 }
 

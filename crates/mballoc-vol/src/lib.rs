@@ -118,6 +118,7 @@ mod error;
 #[cfg(feature = "testing")]
 pub mod fault;
 mod file;
+mod folio_pool;
 mod format;
 mod home;
 mod log;

@@ -160,7 +160,7 @@ fn worker(ch: &Channel, buf_len: usize, setxattr_ext: bool, handler: &dyn Handle
             }
         };
         let h = req.header;
-        out.bytes.clear();
+        out.clear();
         let t0 = std::time::Instant::now();
         let answer = catch_unwind(AssertUnwindSafe(|| handler.handle(&h, req.op, &mut out)));
         let answer = answer.unwrap_or_else(|_| {
@@ -171,13 +171,13 @@ fn worker(ch: &Channel, buf_len: usize, setxattr_ext: bool, handler: &dyn Handle
             Answer::Error(libc::EIO)
         });
         let (failed, sent) = match answer {
-            Answer::Reply => (false, out.bytes.len()),
+            Answer::Reply => (false, out.len()),
             Answer::Error(_) => (true, 0),
             Answer::Silent => (false, 0),
         };
         stats.record(h.opcode, n, sent, failed, t0.elapsed());
         match answer {
-            Answer::Reply => ch.reply(h.unique, 0, &[&out.bytes])?,
+            Answer::Reply => ch.reply(h.unique, 0, &out.body())?,
             Answer::Error(e) => ch.reply(h.unique, -e, &[])?,
             Answer::Silent => {}
         }
