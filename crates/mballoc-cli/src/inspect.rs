@@ -47,7 +47,8 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
     };
     let mut out = std::io::stdout().lock();
     if order.is_empty() {
-        write!(out, "{}", summary(&vol, &image)?)?;
+        let damaged = summary(&vol, &image, &mut out)?;
+        anyhow::ensure!(damaged == 0, "{}: {damaged} damaged path(s), listed above", image.display());
     } else if vol.superblock().needs_recovery() {
         // The summary says it in its own lines; every other report says it
         // where a reader of the report will see it.
@@ -62,13 +63,15 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
                 let alloc = mballoc_ext4::engine::allocator(&vol)?;
                 // The kernel marks a group whose bitmap's free count differs from
                 // its descriptor's corrupt when it builds the buddy, and says so
-                // at the end of the group's line.
+                // at the end of the group's line. A BLOCK_UNINIT group's count is
+                // not the descriptor's: the kernel computes it as it computes
+                // the bitmap, so the two always agree.
+                let computed = |d: &mballoc_ext4::GroupDesc| vol.superblock().group_csum() && d.block_uninit();
                 for (g, line) in alloc.mb_groups_report().lines().enumerate() {
                     let corrupt = g > 0
-                        && vol
-                            .groups()
-                            .get(g - 1)
-                            .is_some_and(|d| alloc.group_info(g as u32 - 1).is_ok_and(|i| i.free != d.free_blocks));
+                        && vol.groups().get(g - 1).is_some_and(|d| {
+                            !computed(d) && alloc.group_info(g as u32 - 1).is_ok_and(|i| i.free != d.free_blocks)
+                        });
                     writeln!(out, "{line}{}", if corrupt { " Block bitmap corrupted!" } else { "" })?;
                 }
             }
@@ -78,7 +81,7 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
                 // kernel would refuse is reported and skipped; the rest is listed.
                 let mut write_err = None;
                 let mut damaged = 0u64;
-                let walked = vol.walk_each(|v| {
+                let walked = vol.walk_each(mballoc_ext4::Claiming::PerFile, |v| {
                     if write_err.is_some() {
                         return Ok(());
                     }
@@ -86,7 +89,7 @@ pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::Checksu
                         mballoc_ext4::Visit::Path(e) if e.inode.file_type() == mballoc_ext4::FileType::Regular => {
                             let n = e.map.filefrag_extents();
                             // The name's own bytes, as filefrag prints them.
-                            out.write_all(&e.raw_path)
+                            out.write_all(e.path)
                                 .and_then(|()| writeln!(out, ": {n} extent{} found", if n == 1 { "" } else { "s" }))
                         }
                         mballoc_ext4::Visit::Path(_) => Ok(()),
@@ -155,8 +158,10 @@ pub fn freefrag<S: BlockSource>(vol: &Volume<S>, device: &str) -> Result<String>
     Ok(h.render(device))
 }
 
-/// A short description of the volume.
-pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path) -> Result<String> {
+/// A short description of the volume, written to `out` as it is found;
+/// damaged paths go to stderr, one line each. Returns how many there
+/// were: the counts then cover the rest of the volume.
+pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path, out: &mut impl std::io::Write) -> Result<u64> {
     let sb = vol.superblock();
     let mut o = String::new();
     writeln!(o, "Image: {}", image.display())?;
@@ -189,23 +194,42 @@ pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path) -> Result<String> 
     if sb.needs_recovery() {
         writeln!(o, "Warning: the journal needs recovery; this view predates it")?;
     }
-    let tree = vol.walk()?;
-    let files: Vec<_> = tree.files().collect();
-    let extents: u64 = files.iter().map(|e| e.map.filefrag_extents()).sum();
-    writeln!(
-        o,
-        "Paths: {} ({} regular files, {} extents as filefrag counts)",
-        tree.entries.len(),
-        files.len(),
-        extents
-    )?;
+    out.write_all(o.as_bytes())?;
+    // Streamed, every block claimed once: memory follows the depth and
+    // the volume's size, not the number of files.
+    let (mut paths, mut files, mut extents, mut damaged) = (0u64, 0u64, 0u64, 0u64);
+    let mut err = std::io::stderr().lock();
+    let mut write_err = None;
+    vol.walk_each(mballoc_ext4::Claiming::Volume, |v| {
+        match v {
+            mballoc_ext4::Visit::Path(e) => {
+                paths += 1;
+                if e.inode.file_type() == mballoc_ext4::FileType::Regular {
+                    files += 1;
+                    extents += e.map.filefrag_extents();
+                }
+            }
+            mballoc_ext4::Visit::Damaged { path, error } => {
+                damaged += 1;
+                if let Err(e) = err.write_all(path).and_then(|()| writeln!(err, ": damaged: {error}")) {
+                    write_err.get_or_insert(e);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    let partial = if damaged > 0 { format!(", {damaged} damaged") } else { String::new() };
+    writeln!(out, "Paths: {paths} ({files} regular files, {extents} extents as filefrag counts{partial})")?;
     let (mut runs, mut free) = (0u64, 0u64);
     vol.for_each_free_run(|_, len| {
         runs += 1;
         free += len;
     })?;
-    writeln!(o, "Free: {free} blocks in {runs} extents (from the bitmaps)")?;
-    Ok(o)
+    writeln!(out, "Free: {free} blocks in {runs} extents (from the bitmaps)")?;
+    Ok(damaged)
 }
 
 /// What `inspect` prints for a volume of our own format: the same reports

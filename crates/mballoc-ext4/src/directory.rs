@@ -68,74 +68,76 @@ const TAIL_FILE_TYPE: u8 = 0xDE;
 impl<S: BlockSource> Volume<S> {
     /// The entries of directory `dir` (including "." and "..").
     pub fn read_dir(&self, dir: &Inode, map: &FileMap) -> Result<Vec<DirEntry>> {
-        let sb = self.superblock();
-        let mut out = Vec::new();
-        let bad = |block: u64, reason: String| Ext4Error::Directory { ino: dir.ino, block, reason };
-        let filetype = sb.has_incompat(incompat::FILETYPE);
         if map.kind == MappingKind::Inline {
-            // The parent's number, then entries filling the rest of
-            // i_block, then (a larger directory) more entries filling the
-            // system.data attribute.
-            let at = dir.table_block;
-            out.push(DirEntry { ino: le32(&dir.block, 0), name: b"..".to_vec(), block: at });
-            parse_entries(&dir.block[4..], INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
-            let more = crate::xattr::ibody_value(&dir.ibody, crate::xattr::INDEX_SYSTEM, b"data")
-                .map_err(|r| bad(at, format!("inline directory attribute: {r}")))?
-                .unwrap_or(&[]);
-            let held = INLINE_ROOT_BYTES + more.len() as u64;
-            if dir.size > held {
-                return Err(bad(at, format!("inline directory of {} bytes holds only {held}", dir.size)));
-            }
-            parse_entries(more, INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
-            return Ok(out);
+            return self.inline_dir(dir);
         }
-        let bs = u64::from(sb.block_size);
-        let blocks = dir.size.div_ceil(bs);
-        let seed = (sb.metadata_csum() && self.policy() == ChecksumPolicy::Verify)
-            .then(|| inode_csum_seed(sb, dir.ino, dir.generation));
-        for e in &map.extents {
-            if e.unwritten {
-                continue;
-            }
-            for i in 0..u64::from(e.len) {
-                if e.logical + i >= blocks {
-                    break;
-                }
-                let block = e.physical + i;
-                let raw = self.read_block("directory block", block)?;
-                let index_block = dir.is_indexed() && (e.logical + i == 0 || is_dx_node(&raw));
-                if index_block {
-                    if let Some(seed) = seed {
-                        check_dx_csum(seed, &raw, e.logical + i == 0).map_err(|r| bad(block, r))?;
-                    }
-                    // Index blocks name no children: the root's "." and ".."
-                    // are the directory itself and its parent.
-                    continue;
-                }
-                let body = match seed {
-                    Some(seed) => {
-                        let t = raw.len() - TAIL_LEN;
-                        let tail = &raw[t..];
-                        if le32(tail, 0) != 0 || le16(tail, 4) != TAIL_LEN as u16 || tail[7] != TAIL_FILE_TYPE {
-                            return Err(bad(block, "no checksum tail".into()));
-                        }
-                        let (stored, computed) = (le32(tail, 8), crc32c_raw(seed, &raw[..t]));
-                        if stored != computed {
-                            return Err(Ext4Error::Checksum {
-                                structure: format!("directory inode {} block", dir.ino),
-                                block,
-                                stored,
-                                computed,
-                            });
-                        }
-                        &raw[..t]
-                    }
-                    None => &raw[..],
-                };
-                parse_entries(body, raw.len(), filetype, block, &mut out).map_err(|r| bad(block, r))?;
-            }
+        let mut out = Vec::new();
+        let at = DirAt::of(dir);
+        let blocks = dir.size.div_ceil(u64::from(self.superblock().block_size));
+        for (logical, physical) in dir_blocks(blocks, &map.extents) {
+            self.dir_block(&at, logical, physical, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// The entries of an inline directory: the parent's number, then
+    /// entries filling the rest of i_block, then (a larger directory)
+    /// more entries filling the system.data attribute.
+    pub(crate) fn inline_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+        let bad = |block: u64, reason: String| Ext4Error::Directory { ino: dir.ino, block, reason };
+        let filetype = self.superblock().has_incompat(incompat::FILETYPE);
+        let mut out = Vec::new();
+        let at = dir.table_block;
+        out.push(DirEntry { ino: le32(&dir.block, 0), name: b"..".to_vec(), block: at });
+        parse_entries(&dir.block[4..], INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
+        let more = crate::xattr::ibody_value(&dir.ibody, crate::xattr::INDEX_SYSTEM, b"data")
+            .map_err(|r| bad(at, format!("inline directory attribute: {r}")))?
+            .unwrap_or(&[]);
+        let held = INLINE_ROOT_BYTES + more.len() as u64;
+        if dir.size > held {
+            return Err(bad(at, format!("inline directory of {} bytes holds only {held}", dir.size)));
+        }
+        parse_entries(more, INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
+        Ok(out)
+    }
+
+    /// Append the entries of directory block `logical` (at `physical`) of
+    /// directory `dir` to `out`, its checksum verified. Index blocks of an
+    /// htree name no children (the root's "." and ".." are the directory
+    /// itself and its parent).
+    pub(crate) fn dir_block(&self, dir: &DirAt, logical: u64, physical: u64, out: &mut Vec<DirEntry>) -> Result<()> {
+        let sb = self.superblock();
+        let bad = |reason: String| Ext4Error::Directory { ino: dir.ino, block: physical, reason };
+        let seed = (sb.metadata_csum() && self.policy() == ChecksumPolicy::Verify)
+            .then(|| inode_csum_seed(sb, dir.ino, dir.generation));
+        let raw = self.read_block("directory block", physical)?;
+        if dir.indexed && (logical == 0 || is_dx_node(&raw)) {
+            if let Some(seed) = seed {
+                check_dx_csum(seed, &raw, logical == 0).map_err(bad)?;
+            }
+            return Ok(());
+        }
+        let body = match seed {
+            Some(seed) => {
+                let t = raw.len() - TAIL_LEN;
+                let tail = &raw[t..];
+                if le32(tail, 0) != 0 || le16(tail, 4) != TAIL_LEN as u16 || tail[7] != TAIL_FILE_TYPE {
+                    return Err(bad("no checksum tail".into()));
+                }
+                let (stored, computed) = (le32(tail, 8), crc32c_raw(seed, &raw[..t]));
+                if stored != computed {
+                    return Err(Ext4Error::Checksum {
+                        structure: format!("directory inode {} block", dir.ino),
+                        block: physical,
+                        stored,
+                        computed,
+                    });
+                }
+                &raw[..t]
+            }
+            None => &raw[..],
+        };
+        parse_entries(body, raw.len(), sb.has_incompat(incompat::FILETYPE), physical, out).map_err(bad)
     }
 
     /// Walk every directory from the root. Checks that the root is a
@@ -160,7 +162,7 @@ impl<S: BlockSource> Volume<S> {
             let (inode, map) = match maps.get(&ino) {
                 Some(m) => m.clone(),
                 None => {
-                    let inode = self.named_inode(&path, ino, &via)?;
+                    let inode = self.named_inode(&raw_path, ino, &via)?;
                     let map = self.file_map_claimed(&inode, &mut claims)?;
                     maps.insert(ino, (inode.clone(), map.clone()));
                     (inode, map)
@@ -189,82 +191,31 @@ impl<S: BlockSource> Volume<S> {
     }
 }
 
-/// What [`Volume::walk_each`] hands its visitor.
-#[derive(Debug)]
-pub enum Visit<'a> {
-    /// A path, its inode and its map.
-    Path(&'a Entry),
-    /// A path whose inode, map or (for a directory) entries could not be
-    /// read: the kernel would refuse it too. What lies under a damaged
-    /// directory is not reached; the rest of the walk goes on.
-    Damaged {
-        /// The path, as the entry's bytes.
-        path: &'a [u8],
-        /// Why.
-        error: Ext4Error,
-    },
+/// What reading a directory's blocks needs of its inode.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirAt {
+    pub(crate) ino: u32,
+    pub(crate) generation: u32,
+    pub(crate) indexed: bool,
 }
 
-impl<S: BlockSource> Volume<S> {
-    /// Visit every path from the root as it is reached, depth first in
-    /// directory order, without keeping the tree: memory is the pending
-    /// entries of the directories on the current path, not the number of
-    /// files (what `inspect --files` needs on an image of millions). Each
-    /// inode's own map is checked as [`Volume::walk`] checks it; what a
-    /// walk that keeps everything can add (no block claimed by two inodes,
-    /// a directory reached by two paths) is left to [`Volume::walk`]. A
-    /// directory loop is refused (a directory that is its own ancestor).
-    /// A damaged path is handed over as such and skipped; damage that
-    /// leaves nothing to walk (the root) is the error.
-    pub fn walk_each(&self, mut visit: impl FnMut(Visit<'_>) -> Result<()>) -> Result<()> {
-        self.live_root()?;
-        // `ancestors[d]` is the directory at depth d of the current path.
-        let mut stack: Vec<(Pending, usize)> = vec![((b"/".to_vec(), ROOT_INO, None), 0)];
-        let mut ancestors: Vec<u32> = Vec::new();
-        while let Some(((raw_path, ino, via), depth)) = stack.pop() {
-            ancestors.truncate(depth);
-            let path = String::from_utf8_lossy(&raw_path).into_owned();
-            let named = |reason: String| named_error(ino, &via, reason);
-            let read = || -> Result<(Inode, FileMap, Option<Vec<DirEntry>>)> {
-                let inode = self.named_inode(&path, ino, &via)?;
-                let map = self.file_map(&inode)?;
-                let entries = match inode.file_type() {
-                    FileType::Directory if ancestors.contains(&ino) => {
-                        return Err(named(format!("{path} reaches directory inode {ino} again (a loop)")));
-                    }
-                    FileType::Directory => Some(self.read_dir(&inode, &map)?),
-                    _ => None,
-                };
-                Ok((inode, map, entries))
-            };
-            let (inode, map, entries) = match read() {
-                Ok(r) => r,
-                Err(e @ Ext4Error::Io { .. }) => return Err(e),
-                Err(error) if ino != ROOT_INO => {
-                    visit(Visit::Damaged { path: &raw_path, error })?;
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if let Some(entries) = entries {
-                ancestors.push(ino);
-                // Pushed in reverse so that they pop in directory order.
-                for d in entries.into_iter().rev() {
-                    if d.name == b"." || d.name == b".." {
-                        continue;
-                    }
-                    stack.push(((child_path(&raw_path, &d.name), d.ino, Some((ino, d))), depth + 1));
-                }
-            }
-            visit(Visit::Path(&Entry { path, raw_path, inode, map }))?;
-        }
-        Ok(())
+impl DirAt {
+    pub(crate) fn of(dir: &Inode) -> DirAt {
+        DirAt { ino: dir.ino, generation: dir.generation, indexed: dir.is_indexed() }
     }
+}
+
+/// The written blocks of a directory of `blocks` blocks, `(logical,
+/// physical)` in map order (unwritten extents and holes hold no entries).
+pub(crate) fn dir_blocks(blocks: u64, extents: &[crate::mapping::Extent]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    extents.iter().filter(|e| !e.unwritten).flat_map(move |e| {
+        (0..u64::from(e.len)).map(move |i| (e.logical + i, e.physical + i)).take_while(move |&(l, _)| l < blocks)
+    })
 }
 
 /// An error about the entry that named `ino` (or, for the root, about the
 /// inode itself).
-fn named_error(ino: u32, via: &Option<(u32, DirEntry)>, reason: String) -> Ext4Error {
+pub(crate) fn named_error(ino: u32, via: &Option<(u32, DirEntry)>, reason: String) -> Ext4Error {
     match via {
         Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
         None => Ext4Error::Inode { ino, block: 0, reason },
@@ -272,7 +223,7 @@ fn named_error(ino: u32, via: &Option<(u32, DirEntry)>, reason: String) -> Ext4E
 }
 
 /// The path of entry `name` of the directory at `parent`.
-fn child_path(parent: &[u8], name: &[u8]) -> Vec<u8> {
+pub(crate) fn child_path(parent: &[u8], name: &[u8]) -> Vec<u8> {
     let mut child = parent.to_vec();
     if parent != b"/" {
         child.push(b'/');
@@ -284,7 +235,7 @@ fn child_path(parent: &[u8], name: &[u8]) -> Vec<u8> {
 impl<S: BlockSource> Volume<S> {
     /// The root inode, which both walks start from: a live directory, or
     /// nothing can be walked.
-    fn live_root(&self) -> Result<Inode> {
+    pub(crate) fn live_root(&self) -> Result<Inode> {
         let root = self.inode(ROOT_INO)?;
         if root.file_type() != FileType::Directory || root.links_count == 0 {
             return Err(Ext4Error::Inode {
@@ -299,18 +250,35 @@ impl<S: BlockSource> Volume<S> {
     /// The live inode `ino` that `path` names (through the entry `via`),
     /// or why it cannot be one: past the last inode, unreadable, or not in
     /// use.
-    fn named_inode(&self, path: &str, ino: u32, via: &Option<(u32, DirEntry)>) -> Result<Inode> {
-        if ino > self.superblock().inodes_count {
-            return Err(named_error(ino, via, format!("{path} names inode {ino}, past the last inode")));
+    pub(crate) fn named_inode(&self, raw_path: &[u8], ino: u32, via: &Option<(u32, DirEntry)>) -> Result<Inode> {
+        // Spelled out only for an error: a path can be long.
+        let path = || String::from_utf8_lossy(raw_path);
+        let sb = self.superblock();
+        if ino > sb.inodes_count {
+            return Err(named_error(ino, via, format!("{} names inode {ino}, past the last inode", path())));
+        }
+        if ino != ROOT_INO && ino < sb.first_ino {
+            return Err(named_error(
+                ino,
+                via,
+                format!("{} names inode {ino}, a reserved one (the first for files is {})", path(), sb.first_ino),
+            ));
         }
         let inode = self.inode(ino).map_err(|e| match e {
             Ext4Error::Inode { reason, .. } => {
-                named_error(ino, via, format!("{path} names inode {ino}, which {reason}"))
+                named_error(ino, via, format!("{} names inode {ino}, which {reason}", path()))
             }
             e => e,
         })?;
         if inode.links_count == 0 || inode.mode == 0 {
-            return Err(named_error(ino, via, format!("{path} names inode {ino}, which is not in use")));
+            return Err(named_error(ino, via, format!("{} names inode {ino}, which is not in use", path())));
+        }
+        if inode.flags & crate::inode::iflags::EA_INODE != 0 {
+            return Err(named_error(
+                ino,
+                via,
+                format!("{} names inode {ino}, which holds an extended attribute's value, not a file", path()),
+            ));
         }
         Ok(inode)
     }

@@ -116,6 +116,15 @@ pub enum Ext4Error {
         /// The other.
         second: u32,
     },
+    /// A block reached a second time, in a walk that keeps one bit per
+    /// block rather than each block's owner.
+    #[error("block {block}, reached from inode {ino}, is already owned by a file reached before or by this one")]
+    Reclaimed {
+        /// The block.
+        block: u64,
+        /// The inode that reached it second.
+        ino: u32,
+    },
 }
 
 impl Ext4Error {

@@ -8,9 +8,12 @@ use crate::superblock::{ro_compat, Superblock};
 /// `i_flags` bits the reader looks at.
 #[allow(missing_docs)] // the kernel's names, one bit each
 pub mod iflags {
+    pub const ENCRYPT: u32 = 0x800;
     pub const INDEX: u32 = 0x1000;
     pub const HUGE_FILE: u32 = 0x40000;
     pub const EXTENTS: u32 = 0x80000;
+    pub const VERITY: u32 = 0x100000;
+    pub const EA_INODE: u32 = 0x200000;
     pub const INLINE_DATA: u32 = 0x1000_0000;
     pub const CASEFOLD: u32 = 0x4000_0000;
 }

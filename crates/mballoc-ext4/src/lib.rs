@@ -24,8 +24,18 @@
 //!
 //! Everything is validated before it is used to compute another location:
 //! a corrupt image gives an [`Ext4Error`] naming the structure and block,
-//! never a panic, and the walk reads every block at most once, so time and
-//! memory stay proportional to the image.
+//! never a panic. The rules are the kernel's own (`__ext4_iget`'s checks
+//! on an inode, block_validity's system zone with the journal in it, the
+//! inode numbers a name may point at, the largest file size): what the
+//! kernel refuses to mount or read is refused here, and nothing else.
+//!
+//! Two walks name the files. [`Volume::walk`] keeps the whole tree (what
+//! building an engine needs) and reads every block at most once.
+//! [`Volume::walk_each`] streams: it hands each path to a visitor as it
+//! is reached, reports damage and goes on, and keeps only the current
+//! path, a small frame per directory on it and one directory block of
+//! entries, so memory follows the depth, not the number of files or the
+//! names of one directory.
 //!
 //! Checksums (metadata_csum's crc32c on the superblock, descriptors,
 //! bitmaps, inodes, extent blocks and directory blocks; gdt_csum's crc16 on
@@ -54,11 +64,13 @@ pub mod inode;
 pub mod mapping;
 pub mod namespace;
 pub mod source;
+mod sparse_bits;
 pub mod superblock;
 pub mod volume;
+pub mod walk;
 mod xattr;
 
-pub use directory::{DirEntry, Entry, Tree, Visit};
+pub use directory::{DirEntry, Entry, Tree};
 pub use error::{Ext4Error, Result};
 pub use group::GroupDesc;
 pub use inode::{FileType, Inode, MappingKind};
@@ -66,3 +78,4 @@ pub use mapping::{filefrag_count, Extent, FileMap};
 pub use source::{BlockSource, FileSource, MemSource};
 pub use superblock::{ChecksumPolicy, Superblock};
 pub use volume::Volume;
+pub use walk::{Claiming, Found, Visit};

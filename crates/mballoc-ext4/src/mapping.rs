@@ -13,6 +13,7 @@ use crate::checksum::crc32c_raw;
 use crate::error::{Ext4Error, Result};
 use crate::inode::{inode_csum_seed, Inode, MappingKind};
 use crate::source::BlockSource;
+use crate::sparse_bits::SparseBits;
 use crate::superblock::ChecksumPolicy;
 use crate::volume::Volume;
 use std::collections::BTreeMap;
@@ -89,44 +90,65 @@ pub fn filefrag_count(records: impl IntoIterator<Item = (u64, u64, u64)>) -> u64
     n
 }
 
-/// Blocks already owned by an inode reached so far, as disjoint runs
-/// (adjacent runs of one owner merged). Every map and data block is
-/// claimed before it is used, so a block reached twice is an error before
-/// anything behind it is read: a walk takes at most one step per block of
-/// the image, whatever the maps claim, and remembers no more runs than
-/// the image has blocks.
-#[derive(Debug, Default)]
-pub(crate) struct Claims {
-    runs: BTreeMap<u64, (u64, u32)>,
+/// Blocks already owned by an inode reached so far. Every map and data
+/// block is claimed before it is used, so a block reached twice is an
+/// error before anything behind it is read: a walk takes at most one step
+/// per block of the image, whatever the maps claim.
+#[derive(Debug)]
+pub(crate) enum Claims {
+    /// Disjoint runs with their owners (adjacent runs of one owner
+    /// merged): an overlap names both inodes. Memory grows with the runs.
+    Owners(BTreeMap<u64, (u64, u32)>),
+    /// One bit per block of the volume, made on first use: memory
+    /// bounded by the volume, not by its files; an overlap names the
+    /// inode that reached the block second.
+    Bits(SparseBits),
+}
+
+impl Default for Claims {
+    fn default() -> Self {
+        Claims::Owners(BTreeMap::new())
+    }
 }
 
 impl Claims {
+    /// Claims as bits, for a volume of `blocks` blocks.
+    pub(crate) fn bits(blocks: u64) -> Claims {
+        Claims::Bits(SparseBits::new(blocks))
+    }
+
     /// Claim `[start, start + len)` for inode `ino`; a block already
     /// claimed (by any inode, this one included) is an overlap.
     pub(crate) fn claim(&mut self, start: u64, len: u64, ino: u32) -> Result<()> {
+        let runs = match self {
+            Claims::Owners(runs) => runs,
+            Claims::Bits(bits) => {
+                return bits.insert_range(start, len).map_err(|block| Ext4Error::Reclaimed { block, ino });
+            }
+        };
         let end = start + len;
-        if let Some((_, &(e, owner))) = self.runs.range(..=start).next_back() {
+        if let Some((_, &(e, owner))) = runs.range(..=start).next_back() {
             if e > start {
                 return Err(Ext4Error::Overlap { block: start, first: owner, second: ino });
             }
         }
-        if let Some((&s, &(_, owner))) = self.runs.range(start..end).next() {
+        if let Some((&s, &(_, owner))) = runs.range(start..end).next() {
             return Err(Ext4Error::Overlap { block: s, first: owner, second: ino });
         }
         let (mut lo, mut hi) = (start, end);
-        if let Some((&s, &(e, owner))) = self.runs.range(..start).next_back() {
+        if let Some((&s, &(e, owner))) = runs.range(..start).next_back() {
             if e == start && owner == ino {
-                self.runs.remove(&s);
+                runs.remove(&s);
                 lo = s;
             }
         }
-        if let Some(&(e, owner)) = self.runs.get(&end) {
+        if let Some(&(e, owner)) = runs.get(&end) {
             if owner == ino {
-                self.runs.remove(&end);
+                runs.remove(&end);
                 hi = e;
             }
         }
-        self.runs.insert(lo, (hi, ino));
+        runs.insert(lo, (hi, ino));
         Ok(())
     }
 }
@@ -233,9 +255,9 @@ impl<S: BlockSource> Volume<S> {
                 if !self.in_volume(physical, u64::from(len)) {
                     return Err(bad(format!("entry {i} points at blocks {physical}+{len}, outside the volume")));
                 }
-                if let Some(b) = self.system_zone_block(physical, u64::from(len)) {
+                if let Some(b) = self.zone_block_for(physical, u64::from(len), ino) {
                     return Err(bad(format!(
-                        "entry {i} maps logical {logical} onto block {b}, which holds the file system's metadata"
+                        "entry {i} maps logical {logical} onto block {b}, which holds the file system's metadata or the journal"
                     )));
                 }
                 next_lo = logical + u64::from(len);
@@ -255,8 +277,10 @@ impl<S: BlockSource> Volume<S> {
             if !self.in_volume(child, 1) {
                 return Err(bad(format!("index {i} points at block {child}, outside the volume")));
             }
-            if self.system_zone_block(child, 1).is_some() {
-                return Err(bad(format!("index {i} points at block {child}, which holds the file system's metadata")));
+            if self.zone_block_for(child, 1, ino).is_some() {
+                return Err(bad(format!(
+                    "index {i} points at block {child}, which holds the file system's metadata or the journal"
+                )));
             }
             w.claims.claim(child, 1, ino).map_err(|e| match e {
                 Ext4Error::Overlap { first, .. } if first == ino => {
@@ -300,8 +324,8 @@ impl<S: BlockSource> Volume<S> {
     fn check_pointer(&self, ino: u32, from: u64, p: u64) -> Result<()> {
         let reason = if !self.in_volume(p, 1) {
             format!("pointer to block {p}, outside the volume")
-        } else if self.system_zone_block(p, 1).is_some() {
-            format!("pointer to block {p}, which holds the file system's metadata")
+        } else if self.zone_block_for(p, 1, ino).is_some() {
+            format!("pointer to block {p}, which holds the file system's metadata or the journal")
         } else {
             return Ok(());
         };

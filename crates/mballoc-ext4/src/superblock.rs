@@ -50,6 +50,7 @@ pub mod ro_compat {
     pub const GDT_CSUM: u32 = 0x10;
     pub const BIGALLOC: u32 = 0x200;
     pub const METADATA_CSUM: u32 = 0x400;
+    pub const VERITY: u32 = 0x8000;
 }
 
 /// Incompatible features whose meaning this reader understands. Anything
@@ -262,9 +263,13 @@ impl Superblock {
         if !inode_size.is_power_of_two() || inode_size < 128 || u32::from(inode_size) > block_size {
             return Err(geo(format!("inode size {inode_size}")));
         }
-        // The kernel refuses to mount below the reserved inodes.
+        // The kernel refuses to mount below the reserved inodes, and reads
+        // the field as a signed number.
         if first_ino < 11 {
             return Err(geo(format!("first inode {first_ino}: inodes 1-10 are reserved")));
+        }
+        if first_ino > i32::MAX as u32 {
+            return Err(geo(format!("first inode {first_ino}: negative as the kernel reads it")));
         }
         let log_groups_per_flex = b[0x174];
         if feature_incompat & incompat::FLEX_BG != 0 && log_groups_per_flex > 31 {
@@ -329,6 +334,50 @@ impl Superblock {
     /// Whether an incompatible feature bit is set.
     pub fn has_incompat(&self, bit: u32) -> bool {
         self.feature_incompat & bit != 0
+    }
+
+    /// The largest `i_size` the kernel accepts for an extent-mapped file
+    /// (its `s_maxbytes`): 2^32 − 1 blocks, or less where `i_blocks`
+    /// counts 512-byte sectors in 32 bits (no huge_file).
+    pub fn max_extent_file_size(&self) -> u64 {
+        let bits = self.block_size.trailing_zeros();
+        let by_extents = ((1u64 << 32) - 1) << bits;
+        if self.has_ro_compat(ro_compat::HUGE_FILE) {
+            by_extents
+        } else {
+            by_extents.min((((1u64 << 32) - 1) >> (bits - 9)) << bits)
+        }
+    }
+
+    /// The largest `i_size` the kernel accepts for a file mapped by
+    /// indirect blocks (its `s_bitmap_maxbytes`): what 12 direct pointers
+    /// and single, double and triple indirect blocks address, unless the
+    /// sectors `i_blocks` can count (data and map blocks together) run
+    /// out first.
+    pub fn max_indirect_file_size(&self) -> u64 {
+        let bits = self.block_size.trailing_zeros();
+        let per = 1u64 << (bits - 2);
+        let limit =
+            if self.has_ro_compat(ro_compat::HUGE_FILE) { (1u64 << 48) - 1 } else { ((1u64 << 32) - 1) >> (bits - 9) };
+        let tree = 12 + per + per * per + per * per * per;
+        let tree_map = 1 + (1 + per) + (1 + per + per * per);
+        let blocks = if tree + tree_map <= limit {
+            tree
+        } else {
+            // Every block `limit` can count, less the map blocks that
+            // addressing that many takes.
+            let mut rest = limit - 12 - per;
+            let mut map = 1;
+            if rest < per * per {
+                map += 1 + rest.div_ceil(per);
+            } else {
+                map += 1 + per;
+                rest -= per * per;
+                map += 1 + rest.div_ceil(per) + rest.div_ceil(per * per);
+            }
+            limit - map
+        };
+        (blocks << bits).min(i64::MAX as u64)
     }
 
     /// Whether a read-only-compatible feature bit is set.

@@ -28,10 +28,11 @@ pub struct Volume<S> {
     uninit_meta: Vec<(u64, u64)>,
     /// The kernel's "system zone": every block of the file system's own
     /// metadata (superblock and descriptor copies, reserved descriptor
-    /// blocks, bitmaps, inode tables), merged runs `(start, len)`,
-    /// ascending. A file that maps into it is refused, as block_validity
-    /// refuses it.
-    system_zone: Vec<(u64, u64)>,
+    /// blocks, bitmaps, inode tables) and the journal's data blocks,
+    /// merged runs `(start, len, owner)`, ascending; the owner is the
+    /// journal's inode for its blocks, 0 for the rest. A file that maps
+    /// into a run it does not own is refused, as block_validity refuses it.
+    system_zone: Vec<(u64, u64, u32)>,
 }
 
 impl<S: BlockSource> Volume<S> {
@@ -50,6 +51,7 @@ impl<S: BlockSource> Volume<S> {
         }
         let mut vol = Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new(), system_zone: Vec::new() };
         vol.read_descriptors()?;
+        vol.protect_journal()?;
         Ok(vol)
     }
 
@@ -83,25 +85,46 @@ impl<S: BlockSource> Volume<S> {
             zone.push((d.inode_table, u64::from(sb.inode_table_blocks())));
         }
         zone.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(zone.len());
-        for (start, len) in zone {
-            match merged.last_mut() {
-                Some((s, l)) if start <= *s + *l => *l = (*l).max(start + len - *s),
-                _ => merged.push((start, len)),
-            }
-        }
         self.groups = groups;
         self.uninit_meta = uninit;
-        self.system_zone = merged;
+        self.system_zone = merge_zone(zone.into_iter().map(|(s, l)| (s, l, 0)).collect());
+        Ok(())
+    }
+
+    /// Add the journal's data blocks to the system zone, as the kernel
+    /// does at mount: a file that maps into the journal is refused. A
+    /// journal that cannot be mapped, or that maps into the metadata,
+    /// is the error (the kernel refuses the mount).
+    fn protect_journal(&mut self) -> Result<()> {
+        let ino = self.sb.journal_inum;
+        if !self.sb.has_compat(crate::superblock::compat::HAS_JOURNAL) || ino == 0 {
+            return Ok(());
+        }
+        let journal = self.inode(ino)?;
+        let map = self.file_map(&journal)?;
+        let mut zone = std::mem::take(&mut self.system_zone);
+        zone.extend(map.extents.iter().map(|x| (x.physical, u64::from(x.len), ino)));
+        self.system_zone = merge_zone(zone);
         Ok(())
     }
 
     /// The first block of `[start, start + len)` that holds the file
-    /// system's own metadata, if any (the kernel's block_validity check).
+    /// system's own metadata or the journal, if any (the kernel's
+    /// block_validity check).
     pub fn system_zone_block(&self, start: u64, len: u64) -> Option<u64> {
+        self.zone_block_for(start, len, 0)
+    }
+
+    /// The first block of `[start, start + len)` in the system zone that
+    /// inode `ino` does not own (the journal owns its own blocks).
+    pub(crate) fn zone_block_for(&self, start: u64, len: u64, ino: u32) -> Option<u64> {
         let end = start.saturating_add(len);
-        let i = self.system_zone.partition_point(|&(s, l)| s + l <= start);
-        self.system_zone.get(i).filter(|&&(s, _)| s < end).map(|&(s, _)| s.max(start))
+        let i = self.system_zone.partition_point(|&(s, l, _)| s + l <= start);
+        self.system_zone[i..]
+            .iter()
+            .take_while(|&&(s, _, _)| s < end)
+            .find(|&&(_, _, owner)| owner == 0 || owner != ino)
+            .map(|&(s, _, _)| s.max(start))
     }
 
     /// The superblock.
@@ -259,16 +282,8 @@ impl<S: BlockSource> Volume<S> {
         let isz = u64::from(sb.inode_size);
         let byte = u64::from(idx) * isz;
         let block = d.inode_table + byte / u64::from(sb.block_size);
-        // A group whose inode table was never initialized holds no inode;
-        // `itable_unused` only guides allocation (the kernel reads an inode
-        // past it all the same).
-        if sb.group_csum() && d.inode_uninit() {
-            return Err(Ext4Error::Inode {
-                ino,
-                block,
-                reason: format!("lies in group {g}, whose inode table is not initialized"),
-            });
-        }
+        // Neither INODE_UNINIT nor `itable_unused` stops the kernel from
+        // reading an inode a directory names: they only guide allocation.
         let offset = d.inode_table * u64::from(sb.block_size) + byte;
         let mut raw = vec![0u8; isz as usize];
         self.src.read_at(offset, &mut raw).map_err(|e| Ext4Error::io("inode", offset, e))?;
@@ -282,12 +297,25 @@ impl<S: BlockSource> Volume<S> {
         // The checks the kernel makes before it trusts an inode
         // (`__ext4_iget`): each of these makes it refuse the inode.
         let extra = usize::from(crate::bytes::le16(&raw, 0x80));
-        if raw.len() > 128 && (128 + extra > raw.len() || extra % 4 != 0) {
-            return bad(format!("has i_extra_isize {extra}, not a multiple of 4 inside the {}-byte inode", raw.len()));
+        if raw.len() > 128 && 128 + extra > raw.len() {
+            return bad(format!("has i_extra_isize {extra}, too large for the {}-byte inode", raw.len()));
         }
+        if raw.len() > 128 && extra % 4 != 0 {
+            return bad(format!("has i_extra_isize {extra}, not a multiple of 4"));
+        }
+        let mode = crate::bytes::le16(&raw, 0x0);
+        if mode != 0 && !matches!(mode & 0xF000, 0x1000 | 0x2000 | 0x4000 | 0x6000 | 0x8000 | 0xA000 | 0xC000) {
+            return bad(format!("has i_mode {mode:#o}, of no file type"));
+        }
+        let flags = crate::bytes::le32(&raw, 0x20);
+        use crate::inode::iflags;
         let size = u64::from(crate::bytes::le32(&raw, 0x4)) | (u64::from(crate::bytes::le32(&raw, 0x6C)) << 32);
         if size > i64::MAX as u64 {
             return bad(format!("has i_size {size}, negative as the kernel reads it"));
+        }
+        let max = if flags & iflags::EXTENTS != 0 { sb.max_extent_file_size() } else { sb.max_indirect_file_size() };
+        if size > max {
+            return bad(format!("has i_size {size}, past the largest file this volume can hold ({max})"));
         }
         let acl = u64::from(crate::bytes::le32(&raw, 0x68)) | (u64::from(crate::bytes::le16(&raw, 0x76)) << 32);
         if acl != 0
@@ -297,15 +325,33 @@ impl<S: BlockSource> Volume<S> {
         {
             return bad(format!("has its extended-attribute block {acl} outside the volume or in its metadata"));
         }
-        let flags = crate::bytes::le32(&raw, 0x20);
-        use crate::inode::iflags;
-        use crate::superblock::incompat;
+        use crate::superblock::{incompat, ro_compat};
         if flags & iflags::INLINE_DATA != 0 && !sb.has_incompat(incompat::INLINE_DATA) {
             return bad("has the inline-data flag on a volume without inline_data".into());
         }
         if flags & iflags::CASEFOLD != 0 && !sb.has_incompat(incompat::CASEFOLD) {
             return bad("has the casefold flag on a volume without casefold".into());
         }
+        // The kernel reads these two but cannot open the file.
+        if flags & iflags::ENCRYPT != 0 && !sb.has_incompat(incompat::ENCRYPT) {
+            return bad("has the encrypt flag on a volume without encrypt".into());
+        }
+        if flags & iflags::VERITY != 0 && !sb.has_ro_compat(ro_compat::VERITY) {
+            return bad("has the verity flag on a volume without verity".into());
+        }
         Ok(Inode::parse(sb, ino, &raw, block))
     }
+}
+
+/// Sort zone runs and merge those that touch and share an owner.
+fn merge_zone(mut zone: Vec<(u64, u64, u32)>) -> Vec<(u64, u64, u32)> {
+    zone.sort_unstable();
+    let mut merged: Vec<(u64, u64, u32)> = Vec::with_capacity(zone.len());
+    for (start, len, owner) in zone {
+        match merged.last_mut() {
+            Some((s, l, o)) if *o == owner && start <= *s + *l => *l = (*l).max(start + len - *s),
+            _ => merged.push((start, len, owner)),
+        }
+    }
+    merged
 }

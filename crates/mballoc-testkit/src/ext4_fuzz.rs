@@ -79,6 +79,9 @@ pub fn exercise(bytes: Vec<u8>) {
         if let Ok(vol) = Volume::open(MemSource(bytes.clone()), policy) {
             let _ = vol.for_each_free_run(|_, _| {});
             let _ = vol.walk();
+            for claiming in [mballoc_ext4::Claiming::PerFile, mballoc_ext4::Claiming::Volume] {
+                let _ = vol.walk_each(claiming, |_| Ok(()));
+            }
             let _ = mballoc_ext4::engine::allocator(&vol);
             let _ = mballoc_ext4::engine::load(&vol, |_| {});
         }

@@ -44,9 +44,12 @@ pub fn mb_stats(s: &MbStats, enabled: bool, groups: u32) -> String {
 /// The `mb_groups` header line (always 14 order columns, as the kernel).
 pub const MB_GROUPS_HEADER: &str = "#group: free  frags first [ 2^0   2^1   2^2   2^3   2^4   2^5   2^6   2^7   2^8   2^9   2^10  2^11  2^12  2^13  ]\n";
 
-/// One `mb_groups` line.
-pub fn mb_groups_line(group: u32, info: &crate::GroupInfo, block_size_log2: u32) -> String {
-    let mut o = format!("#{:<5}: {:<5} {:<5} {:<5} [", group, info.free, info.fragments, info.first_free);
+/// One `mb_groups` line. A group with nothing free shows the group size
+/// as its first free cluster, as the kernel does: it searches a bitmap of
+/// the full group size, whose bits past a short last group's end are set.
+pub fn mb_groups_line(group: u32, info: &crate::GroupInfo, block_size_log2: u32, clusters_per_group: u32) -> String {
+    let first_free = if info.free == 0 { clusters_per_group } else { info.first_free };
+    let mut o = format!("#{:<5}: {:<5} {:<5} {:<5} [", group, info.free, info.fragments, first_free);
     for i in 0..=13u32 {
         let v = if i <= block_size_log2 + 1 { info.counters[i as usize] } else { 0 };
         let _ = write!(o, " {v:<5}");
@@ -65,7 +68,12 @@ impl Allocator {
     pub fn mb_groups_report(&self) -> String {
         let mut o = String::from(MB_GROUPS_HEADER);
         for g in 0..self.geometry().groups() {
-            o.push_str(&mb_groups_line(g, &self.group(g, |b| *b.info()), self.geometry().block_size_log2()));
+            o.push_str(&mb_groups_line(
+                g,
+                &self.group(g, |b| *b.info()),
+                self.geometry().block_size_log2(),
+                self.geometry().blocks_per_group(),
+            ));
         }
         o
     }
