@@ -39,6 +39,11 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
         return Ok(());
     }
     clean_up_on_signal()?;
+    eprintln!(
+        "fidelity: the engine under the kernel profile of {} (this kernel: {})",
+        mballoc_lab::fidelity::running_kernel(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
+    );
     // Recordings' images, expanded for the run.
     let mut expanded: Vec<mballoc_lab::mount::Image> = Vec::new();
     let cases: Vec<Case> = if files.is_empty() {

@@ -442,3 +442,18 @@ fn a_recorded_program_replays_on_the_engine() {
     let o = mballoc(&["lab", "record", "--set", "engine.mb_max_to_scan=5", "--", "true"]);
     assert!(!o.status.success() && text(&o).contains("only ext4"), "{}", text(&o));
 }
+
+#[test]
+fn every_scenario_listed_can_be_shown() {
+    let list = mballoc(&["lab", "list"]);
+    assert!(list.status.success(), "{}", text(&list));
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert!(names.len() >= 10 && names.iter().any(|n| n == "aging"), "{names:?}");
+    for name in &names {
+        let shown = mballoc(&["lab", "show", name]);
+        assert!(shown.status.success() && !shown.stdout.is_empty(), "lab show {name}: {}", text(&shown));
+    }
+}

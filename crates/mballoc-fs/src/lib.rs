@@ -95,6 +95,7 @@ mod fs;
 mod id_hash;
 mod inode_numbers;
 mod journal;
+mod kernel_version;
 mod namespace;
 mod normalize;
 mod page_cache;
@@ -120,6 +121,7 @@ pub use fs::{
 pub use id_hash::{IdHasher, IdMap};
 pub use inode_numbers::{InodeNumbers, FIRST_INO};
 pub use journal::JournalStats;
+pub use kernel_version::KernelVersion;
 pub use mballoc::Concurrency;
 pub use namespace::dirhash::{half_md4, HashChars};
 pub use namespace::{DirFormat, DirHash, DirLayout, Ext4Namespace, LayoutError, Record, Removed};

@@ -117,8 +117,8 @@ pub const SETTINGS: &[Setting] = &[
     k(
         "profile",
         "choice",
-        "default | kernel",
-        "the engine's own choices or ext4's, whole (applied first)",
+        "default | kernel | kernel-MAJOR.MINOR",
+        "the engine's own choices or ext4's (as the newest kernel, or one release, makes them), whole (applied first)",
         Part::Profile,
     ),
     k("mb_stats", "flag", "0 | 1", "count what the allocator does", P),
@@ -256,7 +256,8 @@ impl FsConfig {
         })
     }
 
-    /// Set `key` to `value` (`profile` = `default` | `kernel` replaces
+    /// Set `key` to `value` (`profile` = `default` | `kernel` |
+    /// `kernel-MAJOR.MINOR` replaces
     /// every placement and behaviour choice with that profile's, keeping
     /// the shape). A name that is no setting, or a value out of its range,
     /// is [`FsError::Setting`] and changes nothing.
@@ -310,9 +311,12 @@ fn apply(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), String> {
     match key {
         "profile" => {
             let (geo, reserved) = (cfg.shape.geometry, std::mem::take(&mut cfg.shape.reserved));
-            *cfg = match pick(&["default", "kernel"])? {
-                0 => FsConfig::new(geo),
-                _ => FsConfig::kernel(geo),
+            *cfg = match value.strip_prefix("kernel-") {
+                Some(v) => FsConfig::kernel_of(geo, v.parse::<crate::KernelVersion>()?),
+                None => match pick(&["default", "kernel"])? {
+                    0 => FsConfig::new(geo),
+                    _ => FsConfig::kernel(geo),
+                },
             };
             cfg.shape.reserved = reserved;
         }

@@ -39,6 +39,7 @@ pub(crate) mod core_workloads;
 pub mod error;
 pub mod fidelity;
 pub(crate) mod kernel_trace;
+pub mod kernels;
 pub mod metrics;
 pub mod mount;
 pub mod policies;

@@ -153,7 +153,9 @@ pub use criteria::{Criterion, GroupSummary, NUM_CRITERIA};
 pub use error::{Error, Result};
 pub use geometry::{Geometry, MAX_GROUPS};
 pub use order_index::IndexKind;
-pub use policy::{GoalInfo, Groups, KernelPolicy, Passes, Pick, Policy, RequestInfo, WindowInfo};
+pub use policy::{
+    GoalInfo, Groups, KernelPolicy, KernelPolicyBeforeBestAvail, Passes, Pick, Policy, RequestInfo, WindowInfo,
+};
 pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPolicy};
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;

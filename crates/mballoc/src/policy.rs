@@ -200,6 +200,21 @@ impl Policy for KernelPolicy {
     }
 }
 
+/// ext4's decisions as kernels before 6.4 made them: every default, and
+/// no CR_BEST_AVAIL_LEN (the CR1.5 series, merged in 6.4, added it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelPolicyBeforeBestAvail;
+
+impl Policy for KernelPolicyBeforeBestAvail {
+    fn name(&self) -> &str {
+        "kernel-before-6.4"
+    }
+
+    fn passes(&self, _req: &RequestInfo) -> Passes {
+        Passes::ALL.without(Criterion::BestAvailLen)
+    }
+}
+
 /// The volume as [`Policy::choose`] sees it; what it reads is counted in
 /// the request's statistics.
 pub struct Groups<'a> {

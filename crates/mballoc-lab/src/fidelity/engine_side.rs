@@ -11,14 +11,28 @@ use mballoc_fs::{Ext4Namespace, FallocateMode, FileId, Fs, FsConfig, Purpose, Re
 use std::collections::HashMap;
 use std::path::Path;
 
-/// The kernel profile as a kernel on a machine with `possible_cpus` would
-/// run it: statistics on, and as many stream goals as that kernel makes
-/// (`min(possible CPUs, ceil(groups / 4))`).
+/// The kernel profile of the running kernel's release, as that kernel on
+/// a machine with `possible_cpus` would run it: statistics on, and as
+/// many stream goals as it makes (one before 6.17; since then
+/// `min(possible CPUs, ceil(groups / 4))`).
 pub fn kernel_profile(cfg: &mut FsConfig, possible_cpus: u32) {
     let geo = cfg.shape.geometry;
-    *cfg = FsConfig::kernel(geo).with_cluster_bits(cfg.shape.cluster_bits);
+    let version = running_kernel();
+    *cfg = FsConfig::kernel_of(geo, version).with_cluster_bits(cfg.shape.cluster_bits);
     cfg.placement.tunables.mb_stats = true;
-    cfg.placement.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
+    if version.has_stream_goal_per_cpu() {
+        cfg.placement.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
+    }
+}
+
+/// The running kernel's release (`/proc/sys/kernel/osrelease`), which
+/// chooses the profile the engine runs under; the newest modelled when
+/// it cannot be read.
+pub fn running_kernel() -> mballoc_fs::KernelVersion {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|r| mballoc_fs::KernelVersion::from_release(r.trim()))
+        .unwrap_or(mballoc_fs::KernelVersion::NEWEST)
 }
 
 /// CPUs the kernel could ever bring online (`/sys/devices/system/cpu/possible`).

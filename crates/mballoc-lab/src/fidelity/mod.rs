@@ -38,6 +38,7 @@ pub mod stored;
 pub use cases::{builtin, Case};
 pub use compare::{Agreement, Divergence};
 pub use config::Ext4Config;
+pub use engine_side::running_kernel;
 
 use crate::error::LabError;
 use crate::workload::Op;

@@ -379,7 +379,7 @@ impl KernelTrace {
                         r.how = match (groups, cr.as_str()) {
                             (0, _) => "goal".into(),
                             (_, "0x5") => "CR_ANY_FREE".into(),
-                            _ => cr.clone(),
+                            _ => pass_name(cr, running_kernel()),
                         };
                     }
                 }
@@ -492,6 +492,28 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The running kernel's version, `(major, minor)`, from
+/// /proc/sys/kernel/osrelease (`(0, 0)` if unreadable).
+fn running_kernel() -> (u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut n = r.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok());
+        (n.next().unwrap_or(0), n.next().unwrap_or(0))
+    })
+}
+
+/// The pass a trace's `cr` field names, by today's name. Kernels before
+/// 6.5 print the pass as a number: 0–3 for CR0, CR1, CR2, CR3 before
+/// 6.4, and 0–4 in 6.4, with CR1.5 (CR_BEST_AVAIL_LEN) third.
+fn pass_name(cr: &str, kernel: (u32, u32)) -> String {
+    let Ok(n) = cr.parse::<usize>() else { return cr.to_string() };
+    let before_cr1_5 = ["CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE"];
+    let with_cr1_5 = ["CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_BEST_AVAIL_LEN", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE"];
+    let names: &[&str] = if kernel < (6, 4) { &before_cr1_5 } else { &with_cr1_5 };
+    names.get(n).map_or_else(|| cr.to_string(), |s| s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,6 +556,10 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].result, Some((33280, 3)));
         assert_eq!(r[0].how, "CR_POWER2_ALIGNED");
+        assert_eq!(pass_name("1", (6, 1)), "CR_GOAL_LEN_FAST");
+        assert_eq!(pass_name("2", (6, 1)), "CR_GOAL_LEN_SLOW");
+        assert_eq!(pass_name("2", (6, 4)), "CR_BEST_AVAIL_LEN");
+        assert_eq!(pass_name("CR_ANY_FREE", (6, 18)), "CR_ANY_FREE");
         assert!(r[0].data);
         match &t.events[2] {
             Event::Mballoc { goal, result, .. } => {

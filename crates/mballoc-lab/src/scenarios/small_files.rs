@@ -112,6 +112,11 @@ pub fn run(env: &Env) -> ScenarioReport {
         .collect();
     for k in env.kernels() {
         match k {
+            // Before 6.4 ext4 has no CR_BEST_AVAIL_LEN and no knob for it:
+            // the seed's "unpatched" side, as it shipped.
+            KernelFs::Ext4 if !crate::fidelity::running_kernel().has_best_avail() => {
+                variants.push(Variant::kernel(k, "without CR_BEST_AVAIL_LEN (before 6.4)", "nodelalloc"))
+            }
             KernelFs::Ext4 => variants.extend(trims.iter().map(|&(label, trim)| {
                 Variant::kernel(k, label, "nodelalloc").knob("mb_best_avail_max_trim_order", trim)
             })),

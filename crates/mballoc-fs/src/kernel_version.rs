@@ -1,0 +1,113 @@
+//! The kernel profile of one kernel: ext4's allocator changed between
+//! releases, and a profile is chosen by the version it models.
+//!
+//! What differs from the newest kernel's profile ([`FsConfig::kernel`],
+//! which Linux 6.18 matches file for file), each change with the release
+//! that made it:
+//!
+//! * **before 6.4**: no CR_BEST_AVAIL_LEN. The CR1.5 series (Ojaswin
+//!   Mujoo, "ext4: Add allocation criteria 1.5 (CR1_5)", merged in 6.4)
+//!   added the pass between CR_GOAL_LEN_FAST and CR_GOAL_LEN_SLOW.
+//! * **before 6.17**: one stream goal. The scalability series (Baokun Li,
+//!   "ext4: utilize multiple global goals to reduce contention", 6.17)
+//!   made one per CPU, up to a quarter of the groups.
+//!
+//! Versions are compared as `(major, minor)`; stable kernels carry
+//! backports, which a profile of the release does not follow.
+
+use crate::FsConfig;
+use mballoc::Geometry;
+use std::sync::Arc;
+
+/// A Linux release, `major.minor`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KernelVersion {
+    /// The major number.
+    pub major: u32,
+    /// The minor number.
+    pub minor: u32,
+}
+
+impl KernelVersion {
+    /// The release the kernel profile was proven against (every built-in
+    /// fidelity case identical).
+    pub const NEWEST: KernelVersion = KernelVersion { major: 6, minor: 18 };
+
+    /// `major.minor`.
+    pub const fn new(major: u32, minor: u32) -> KernelVersion {
+        KernelVersion { major, minor }
+    }
+
+    /// The release in a `uname -r` string ("6.1.0-56-cloud-amd64").
+    pub fn from_release(release: &str) -> Option<KernelVersion> {
+        let mut n = release.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty());
+        Some(KernelVersion { major: n.next()?.parse().ok()?, minor: n.next()?.parse().ok()? })
+    }
+
+    /// Whether this kernel has CR_BEST_AVAIL_LEN (6.4 and later).
+    pub fn has_best_avail(self) -> bool {
+        self >= KernelVersion::new(6, 4)
+    }
+
+    /// Whether this kernel keeps a stream goal per CPU (6.17 and later).
+    pub fn has_stream_goal_per_cpu(self) -> bool {
+        self >= KernelVersion::new(6, 17)
+    }
+}
+
+impl std::fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for KernelVersion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, b) = s.split_once('.').ok_or_else(|| format!("{s:?} is not MAJOR.MINOR"))?;
+        let n = |x: &str| x.parse::<u32>().map_err(|_| format!("{s:?} is not MAJOR.MINOR"));
+        Ok(KernelVersion { major: n(a)?, minor: n(b)? })
+    }
+}
+
+impl FsConfig {
+    /// ext4's decisions as kernel `version` makes them (the module's list
+    /// of differences). Stream goals per CPU depend on the machine: for
+    /// 6.17 and later the caller sets them as it sets them for the newest.
+    pub fn kernel_of(geometry: Geometry, version: KernelVersion) -> FsConfig {
+        let mut cfg = FsConfig::kernel(geometry);
+        if !version.has_best_avail() {
+            cfg.placement.policy = Some(Arc::new(mballoc::KernelPolicyBeforeBestAvail));
+        }
+        if !version.has_stream_goal_per_cpu() {
+            cfg.placement.stream_goals = Some(1);
+        }
+        cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_parse_compare_and_choose_the_differences() {
+        let v = KernelVersion::from_release("6.12.117+deb12-cloud-amd64").unwrap();
+        assert_eq!(v, KernelVersion::new(6, 12));
+        assert!(KernelVersion::new(6, 1) < v && v < KernelVersion::NEWEST);
+        assert_eq!("7.3".parse::<KernelVersion>(), Ok(KernelVersion::new(7, 3)));
+        assert!("7".parse::<KernelVersion>().is_err());
+        let geo = Geometry::new(4096, 1 << 20).unwrap();
+        let old = FsConfig::kernel_of(geo, KernelVersion::new(6, 1));
+        assert_eq!(old.placement.stream_goals, Some(1));
+        assert_eq!(old.placement.policy.as_ref().map(|p| p.name().to_string()).as_deref(), Some("kernel-before-6.4"));
+        let mid = FsConfig::kernel_of(geo, KernelVersion::new(6, 12));
+        assert!(mid.placement.policy.is_none() && mid.placement.stream_goals == Some(1));
+        let new = FsConfig::kernel_of(geo, KernelVersion::NEWEST);
+        assert!(new.placement.policy.is_none() && new.placement.stream_goals.is_none());
+        let mut by_name = FsConfig::new(geo);
+        by_name.set("profile", "kernel-6.1").unwrap();
+        assert_eq!(by_name.placement.stream_goals, Some(1));
+        assert!(by_name.set("profile", "kernel-6").is_err() && by_name.set("profile", "kernel-six.1").is_err());
+    }
+}
