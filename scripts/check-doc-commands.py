@@ -31,10 +31,20 @@ def spans(text):
     """Code blocks (line by line, continuations joined) and inline spans."""
     out = []
     in_block = False
+    skipping = False
     pending = ""
     for line in text.splitlines():
         if line.strip().startswith("```"):
-            in_block = not in_block
+            # A block that says it is text (a picture, output) holds no
+            # commands.
+            if in_block or skipping:
+                in_block = skipping = False
+            elif line.strip()[3:].strip() == "text":
+                skipping = True
+            else:
+                in_block = True
+            continue
+        if skipping:
             continue
         if in_block:
             pending += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
@@ -99,7 +109,7 @@ def main():
                     r = subprocess.run([program] + argv, env=env, capture_output=True, text=True)
                     # Prose names a command in passing (`mballoc mount`):
                     # not a command line unless it says more.
-                    if where == "inline" and "required arguments were not provided" in r.stderr:
+                    if where == "inline" and ("required arguments were not provided" in r.stderr or "Usage:" in r.stderr and len(cmd.split()) <= 3):
                         continue
                     checked += 1
                     if r.returncode != 0:

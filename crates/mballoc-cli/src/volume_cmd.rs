@@ -20,7 +20,7 @@ pub fn mkfs(
     let sb = mballoc_vol::mkfs(volume, size, &opts, overwrite)
         .with_context(|| format!("making a volume on {}", volume.display()))?;
     println!(
-        "{}: {} blocks of {} bytes, {} groups, {} journal blocks, {} inodes, {} data blocks from {}",
+        "{}: {} blocks of {} bytes, {} groups, {} journal blocks, {} inodes, {} data blocks from {}, UUID {}",
         volume.display(),
         sb.total_blocks,
         sb.block_size,
@@ -28,7 +28,8 @@ pub fn mkfs(
         sb.log_blocks,
         sb.inode_count,
         sb.total_blocks - sb.data_start,
-        sb.data_start
+        sb.data_start,
+        sb.uuid_text()
     );
     Ok(())
 }

@@ -151,10 +151,11 @@ def test_the_module_docs_run():
     assert tried > 0 and failures == 0
 
 
-def test_the_readme_example_runs(tmp_path):
-    readme = os.path.join(os.path.dirname(__file__), "..", "..", "..", "README.md")
-    if not os.path.exists(readme):
-        pytest.skip("README.md is not beside the package source")
-    text = open(readme).read()
+@pytest.mark.parametrize("doc", ["README.md", "docs/LIBRARY.md"])
+def test_the_documented_examples_run(tmp_path, doc):
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", doc)
+    if not os.path.exists(path):
+        pytest.skip(f"{doc} is not beside the package source")
+    text = open(path).read()
     block = text.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(block.replace("/tmp/py.vol", str(tmp_path / "py.vol")), "README.md", "exec"), {})
+    exec(compile(block.replace("/tmp/py.vol", str(tmp_path / "py.vol")), doc, "exec"), {})

@@ -1,4 +1,4 @@
-"""mypy (strict) accepts the package, the README's example and the
+"""mypy (strict) accepts the package, the documented examples and the
 examples directory: the types a user's editor and checker see are the
 ones the code has."""
 
@@ -17,12 +17,14 @@ def test_mypy_accepts_the_package_the_readme_and_the_examples(tmp_path):
         import mypy  # noqa: F401
     except ImportError:
         pytest.skip("mypy is not installed (pip install mypy)")
-    readme = os.path.join(ROOT, "README.md")
-    block = open(readme).read().split("```python\n", 1)[1].split("```", 1)[0]
-    example = tmp_path / "readme_example.py"
-    example.write_text(block)
+    documented = []
+    for doc in ("README.md", os.path.join("docs", "LIBRARY.md")):
+        block = open(os.path.join(ROOT, doc)).read().split("```python\n", 1)[1].split("```", 1)[0]
+        example = tmp_path / (os.path.basename(doc).lower().replace(".md", "_example.py"))
+        example.write_text(block)
+        documented.append(str(example))
     examples = os.path.join(ROOT, "examples", "python")
-    files = [str(example)] + [os.path.join(examples, f) for f in sorted(os.listdir(examples)) if f.endswith(".py")]
+    files = documented + [os.path.join(examples, f) for f in sorted(os.listdir(examples)) if f.endswith(".py")]
     for what in (["-p", "mballoc"], files):
         r = subprocess.run(
             [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *what],

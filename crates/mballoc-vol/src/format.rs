@@ -175,6 +175,11 @@ fn geometry_error(s: impl Into<String>) -> VolError {
 }
 
 impl Superblock {
+    /// The volume's UUID as blkid and mkfs print it (`8-4-4-4-12` hex).
+    pub fn uuid_text(&self) -> String {
+        uuid::Uuid::from_bytes(self.uuid).hyphenated().to_string()
+    }
+
     /// Lay out a volume of `bytes` bytes.
     pub fn layout(bytes: u64, o: &FormatOptions, uuid: [u8; 16]) -> Result<Superblock> {
         let bs = o.block_size;
@@ -448,19 +453,11 @@ fn until_nul(b: &[u8]) -> &[u8] {
     &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
 }
 
-/// A fresh volume identity for [`Superblock::layout`]: the time, the
-/// process and the standard library's random hash keys.
+/// A fresh volume identity for [`Superblock::layout`]: a random (version
+/// 4) UUID from the operating system's random source, as mkfs tools make
+/// them.
 pub(crate) fn new_uuid() -> [u8; 16] {
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = [0u8; 16];
-    for (i, half) in out.chunks_mut(8).enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-        h.write_u32(std::process::id());
-        h.write_usize(i);
-        half.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    out
+    uuid::Uuid::new_v4().into_bytes()
 }
 
 /// The superblock's bytes from `dev`; a device too short to hold one is

@@ -184,3 +184,8 @@ const _: () = {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeExamples;
+
+/// docs/LIBRARY.md's Rust examples, likewise.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/LIBRARY.md")]
+struct LibraryExamples;
