@@ -65,8 +65,9 @@ mod stat;
 mod table;
 mod vfs_flags;
 
-/// The server's cache of file data (`-o cache_bytes=` changes it): see
-/// [`mount`].
+/// The server's cache of file data (`-o cache_bytes=` changes it), half
+/// of it dirty at most: the kernel's page cache holds what is read again,
+/// so the server's own need only gather writes (see [`serve`]).
 pub const MOUNT_CACHE_BYTES: u64 = 64 << 20;
 
 pub use options::{parse_size, Atime, MountConfig, Profile};

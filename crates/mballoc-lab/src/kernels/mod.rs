@@ -3,7 +3,7 @@
 //! workload) runs against that kernel's ext4 exactly as it runs against
 //! the host's.
 //!
-//! [`fetch`] downloads and unpacks the kernel without installing it;
+//! [`fetch()`] downloads and unpacks the kernel without installing it;
 //! [`initramfs`] packs a root file system around this very binary; [`run`]
 //! boots it with software emulation (TCG with one host thread: layouts
 //! and counts are the kernel's, timings are not) and reads back what the
