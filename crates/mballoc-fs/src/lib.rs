@@ -14,7 +14,7 @@
 //! * a file's **extent map** (`extent_map`), written or unwritten;
 //! * a **preallocation** (`prealloc`): a file's window set aside for its
 //!   next writes, or a CPU's locality-group run for small files;
-//! * the **running transaction** (`journal`): freed, not reusable until it
+//! * the **running transaction** (`deferred_frees`): freed, not reusable until it
 //!   commits, so that a crash before the commit never finds the old owner
 //!   pointing at reused blocks;
 //! * volume metadata.
@@ -88,13 +88,13 @@
 mod alloc_log;
 mod change_log;
 mod config;
+mod deferred_frees;
 mod error;
 mod ext4_tree;
 mod extent_map;
 mod fs;
 mod id_hash;
 mod inode_numbers;
-mod journal;
 mod kernel_version;
 mod namespace;
 mod normalize;
@@ -112,6 +112,7 @@ pub use config::{
     Behaviour, CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, Placement, PunchBehaviour, RequestSize,
     Shape, Storage, SyncOrder,
 };
+pub use deferred_frees::DeferredFreeStats;
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN};
 pub use fs::{
@@ -120,7 +121,6 @@ pub use fs::{
 };
 pub use id_hash::{IdHasher, IdMap};
 pub use inode_numbers::{InodeNumbers, FIRST_INO};
-pub use journal::JournalStats;
 pub use kernel_version::KernelVersion;
 pub use mballoc::Concurrency;
 pub use namespace::dirhash::{half_md4, HashChars};

@@ -1,7 +1,7 @@
 //! Read-only views: what a caller may see of the allocator under an
 //! [`Fs`], and of an `Fs` under a volume, without a way to allocate,
 //! free or map blocks behind the owner's back (which would break the
-//! invariants the owner keeps: every block owned once, the journal
+//! invariants the owner keeps: every block owned once, the deferred frees
 //! before the allocator).
 
 use crate::{FileId, Fs, FsConfig, FsStats, MappedExtent, Result};

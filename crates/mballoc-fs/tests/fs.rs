@@ -228,7 +228,7 @@ fn punched_pieces_merge_in_the_transaction() {
     fs.punch_hole(f, 10 * 4096, 4096).unwrap();
     fs.punch_hole(f, 12 * 4096, 4096).unwrap();
     fs.punch_hole(f, 11 * 4096, 4096).unwrap();
-    let j = fs.stats().journal;
+    let j = fs.stats().deferred_frees;
     assert_eq!((j.records, j.merges), (2, 2), "{j:?}");
     assert_eq!(fs.pending_free_blocks(), 3);
     assert_eq!(extent_count(&fs, f), 2);

@@ -71,7 +71,7 @@ impl Fs {
             }
         }
         let mut pending = 0;
-        for (s, len) in self.journal.pending_ranges() {
+        for (s, len) in self.deferred_frees.pending_ranges() {
             mark(s, len, "pending free")?;
             pending += len;
         }

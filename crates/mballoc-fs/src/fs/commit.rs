@@ -5,9 +5,9 @@
 use super::{inc, FileId, FileNode, Fs, Inode, Normalize};
 use crate::change_log::{Change, ChangeLog};
 use crate::config::{CloseBehaviour, DioRead, SyncOrder};
+use crate::deferred_frees::WhenBusy;
 use crate::error::{FsError, Result};
 use crate::extent_map::ExtentState;
-use crate::journal::WhenBusy;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -100,7 +100,7 @@ impl Fs {
 
     pub(super) fn commit_when(&self, when_busy: WhenBusy) -> Result<u64> {
         let mut failure = None;
-        let released = self.journal.commit_durable(&self.alloc, when_busy, || match &self.log {
+        let released = self.deferred_frees.commit_durable(&self.alloc, when_busy, || match &self.log {
             None => true,
             Some(log) => match log.commit() {
                 Ok(()) => true,

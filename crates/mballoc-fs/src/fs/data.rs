@@ -345,7 +345,7 @@ impl Fs {
             let g = geo.group_of(start);
             let room = geo.group_first_block(g) + u64::from(geo.group_len(g)) - start;
             let n = room.min(len);
-            self.journal
+            self.deferred_frees
                 .defer_free(start, n, g)
                 .unwrap_or_else(|e| panic!("a file's block is already pending free: {e}"));
             start += n;

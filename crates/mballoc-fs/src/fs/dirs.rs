@@ -55,7 +55,7 @@ impl Fs {
         let mut free: Vec<u64> =
             (0..geo.groups()).map(|g| self.alloc.group_summary(g).map_or(0, |s| u64::from(s.free))).collect();
         let mut add = |start: u64, len: u64| free[geo.group_of(start) as usize] += len;
-        for (start, len) in self.journal.pending_ranges() {
+        for (start, len) in self.deferred_frees.pending_ranges() {
             add(start, len);
         }
         for (_, node) in self.files.entries() {

@@ -3,7 +3,7 @@
 //! checking a byte range, the commit timer). The operations live in the
 //! submodules by concept: `files` (create, open, close, unlink, FIEMAP),
 //! `data` (write, fallocate, truncate, punch), `commit` (writeback,
-//! fsync, sync, the journal), `alloc_path` (mapping a hole: preallocation,
+//! fsync, sync, the deferred frees), `alloc_path` (mapping a hole: preallocation,
 //! locality group, normalized window), `streams` (per-file placement of
 //! appends), `import` (starting from an existing volume), `check` (every
 //! invariant from scratch) and `stats`.
@@ -36,11 +36,11 @@ pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
 
 use crate::alloc_log::{AllocEvent, AllocLog};
 use crate::change_log::ChangeLog;
+use crate::deferred_frees::{DeferredFrees, WhenBusy};
 use crate::error::{FsError, Result};
 use crate::ext4_tree::Ext4Tree;
 use crate::extent_map::ExtentMap;
 use crate::inode_numbers::InodePool;
-use crate::journal::{Journal, WhenBusy};
 use crate::normalize::{Normalization, MAX_LOGICAL_BLOCKS};
 use crate::percpu::{cpu_slot, FileTable, PerCpu};
 use crate::prealloc::{InodePas, LocalityGroup};
@@ -176,7 +176,7 @@ pub struct Fs {
     /// One writer at a time per locality group for writes allocated at
     /// once ([`Fs::write_through`]).
     lg_writers: Vec<Mutex<()>>,
-    journal: Journal,
+    deferred_frees: DeferredFrees,
     space: Space,
     pa_free: PerCpu<AtomicI64>,
     dirty: AtomicU64,
@@ -255,7 +255,7 @@ impl Fs {
             inodes: InodePool::new(cfg.behaviour.inode_numbers),
             cfg,
             files: FileTable::new(),
-            journal: Journal::new(concurrency),
+            deferred_frees: DeferredFrees::new(concurrency),
             space: Space::new(free),
             pa_free: PerCpu::default(),
             dirty: AtomicU64::new(0),
@@ -327,7 +327,7 @@ impl Fs {
 
     /// Blocks freed by the running transaction, not yet reusable.
     pub fn pending_free_blocks(&self) -> u64 {
-        self.journal.pending_blocks()
+        self.deferred_frees.pending_blocks()
     }
 
     /// Numbers already held by something other than a file the engine

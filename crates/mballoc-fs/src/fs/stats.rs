@@ -1,7 +1,7 @@
 //! The file layer's counters, kept per CPU and summed when read.
 
 use super::Fs;
-use crate::journal::JournalStats;
+use crate::deferred_frees::DeferredFreeStats;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the file layer.
@@ -26,7 +26,7 @@ pub struct FsStats {
     /// Times allocation pressure discarded every preallocation and committed.
     pub reclaims: u64,
     /// Transactions committed, pending records and merges.
-    pub journal: JournalStats,
+    pub deferred_frees: DeferredFreeStats,
 }
 
 #[derive(Default)]
@@ -60,7 +60,7 @@ impl Fs {
             discarded: sum(|c| &c.discarded),
             writeback_runs: sum(|c| &c.writeback_runs),
             reclaims: sum(|c| &c.reclaims),
-            journal: self.journal.stats(),
+            deferred_frees: self.deferred_frees.stats(),
         }
     }
 }

@@ -46,7 +46,7 @@ pub enum WhenBusy {
 
 /// Counters of the transaction machinery.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct JournalStats {
+pub struct DeferredFreeStats {
     /// Transactions committed.
     pub commits: u64,
     /// Free records inserted (after merging).
@@ -59,34 +59,34 @@ pub struct JournalStats {
 
 /// The running transaction and its pending frees.
 #[derive(Debug)]
-pub struct Journal {
+pub struct DeferredFrees {
     running: AtomicU64,
     shards: Vec<Mutex<BTreeMap<u64, FreeRec>>>,
     pending: AtomicU64,
-    commit: Mutex<JournalStats>,
+    commit: Mutex<DeferredFreeStats>,
     records: AtomicU64,
     merges: AtomicU64,
 }
 
-impl Default for Journal {
+impl Default for DeferredFrees {
     fn default() -> Self {
-        Journal::new(Concurrency::Scalable)
+        DeferredFrees::new(Concurrency::Scalable)
     }
 }
 
-impl Journal {
+impl DeferredFrees {
     /// An empty journal whose pending frees are spread over shards
     /// ([`Concurrency::Scalable`]) or kept under one lock.
-    pub fn new(concurrency: Concurrency) -> Journal {
+    pub fn new(concurrency: Concurrency) -> DeferredFrees {
         let shards = match concurrency {
             Concurrency::Scalable => SHARDS,
             Concurrency::Legacy => 1,
         };
-        Journal {
+        DeferredFrees {
             running: AtomicU64::new(1),
             shards: (0..shards).map(|_| Mutex::new(BTreeMap::new())).collect(),
             pending: AtomicU64::new(0),
-            commit: Mutex::new(JournalStats::default()),
+            commit: Mutex::new(DeferredFreeStats::default()),
             records: AtomicU64::new(0),
             merges: AtomicU64::new(0),
         }
@@ -103,7 +103,7 @@ impl Journal {
     }
 
     /// Counters so far.
-    pub fn stats(&self) -> JournalStats {
+    pub fn stats(&self) -> DeferredFreeStats {
         let mut s = *self.commit.lock();
         s.records = self.records.load(Ordering::Relaxed);
         s.merges = self.merges.load(Ordering::Relaxed);
@@ -232,7 +232,7 @@ mod tests {
     fn a_skipping_commit_leaves_a_running_one_alone() {
         let alloc = Allocator::new(Geometry::with_group_size(4096, 1024, 4096).unwrap()).unwrap();
         alloc.claim(100, 10).unwrap();
-        let j = Journal::default();
+        let j = DeferredFrees::default();
         j.defer_free(100, 10, 0).unwrap();
         {
             let _running = j.commit.lock();
@@ -248,7 +248,7 @@ mod tests {
     fn neighbours_merge_and_commit_releases() {
         let alloc = Allocator::new(Geometry::with_group_size(4096, 1024, 4096).unwrap()).unwrap();
         alloc.claim(100, 30).unwrap();
-        let j = Journal::default();
+        let j = DeferredFrees::default();
         j.defer_free(100, 10, 0).unwrap();
         j.defer_free(120, 10, 0).unwrap();
         j.defer_free(110, 10, 0).unwrap();
@@ -268,7 +268,7 @@ mod tests {
         let alloc = Allocator::new(Geometry::with_group_size(4096, 1024, 4096).unwrap()).unwrap();
         alloc.claim(100, 10).unwrap();
         alloc.claim(1100, 10).unwrap();
-        let j = Journal::default();
+        let j = DeferredFrees::default();
         j.defer_free(100, 10, 0).unwrap();
         j.defer_free(1100, 10, 1).unwrap();
         assert_eq!(j.commit_durable(&alloc, WhenBusy::Wait, || false), None);
