@@ -5,6 +5,8 @@
 //! [`main`] runs is one `engine.policy=NAME` away in every lab command
 //! (see `examples/first_fit.rs`).
 
+#![warn(missing_docs)]
+
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use mballoc_ext4::ChecksumPolicy;
