@@ -50,7 +50,30 @@ const MKFS_WITH_VALUE: &[(&str, &str)] = &[
     ("-I", "inode size"),
     ("-m", "reserved blocks percentage"),
     ("-C", "cluster size"),
+    // The journal's size moves metadata only; the engine loads the image
+    // as mkfs laid it out.
+    ("-J", "journal options"),
 ];
+
+/// mkfs's arguments with an option's value given attached (`-O^flex_bg`,
+/// `-g8000`) split from it, as mkfs itself reads them.
+fn split_attached(args: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    for a in args {
+        let takes_value = a.len() > 2
+            && a.starts_with('-')
+            && !a.starts_with("--")
+            && (MKFS_WITH_VALUE.iter().any(|(f, _)| a.starts_with(f))
+                || ["-O", "-E", "-b"].iter().any(|f| a.starts_with(f)));
+        if takes_value {
+            out.push(a[..2].to_string());
+            out.push(a[2..].to_string());
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
 
 /// Mount options that move no block.
 const MOUNT_NEUTRAL: &[&str] = &[
@@ -85,7 +108,7 @@ impl Ext4Config {
     pub fn from_settings(s: &Settings) -> Ext4Config {
         let fs = KernelFs::Ext4;
         Ext4Config {
-            mkfs: s.mkfs_args(fs),
+            mkfs: split_attached(s.mkfs_args(fs)),
             mount: s.mount_options(fs).map_or_else(Vec::new, |m| {
                 m.split(',').map(str::trim).filter(|o| !o.is_empty()).map(String::from).collect()
             }),
@@ -292,6 +315,8 @@ mod tests {
             &["ext4.mb_max_to_scan=50", "ext4.mount=mb_optimize_scan=0"],
             &["ext4.mkfs=-O bigalloc -C 16384 -E stride=16,stripe_width=64"],
             &["ext4.mkfs=-E hash_seed=daf3bc57-6a09-4cc5-b947-bf69b5f8d293"],
+            &["ext4.mkfs=-O^flex_bg -g8000"],
+            &["ext4.mkfs=-J size=16"],
         ] {
             let (c, s) = config(ok);
             c.check(&s).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
