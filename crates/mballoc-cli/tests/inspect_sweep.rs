@@ -72,6 +72,12 @@ fn damaged_metadata_gives_reports_or_errors_in_bounded_time_and_memory() {
         std::fs::write(tree.join(format!("d{d}/sub/deep")), b"deep").unwrap();
         std::os::unix::fs::symlink("../d0/f1", tree.join(format!("d{d}/link"))).unwrap();
     }
+    // A directory of several blocks, indexed by e2fsck -D below, so that
+    // damage reaches hash indexes too.
+    std::fs::create_dir_all(tree.join("wide")).unwrap();
+    for i in 0..300 {
+        std::fs::write(tree.join(format!("wide/name_{i}")), b"").unwrap();
+    }
     let layouts = [
         "-t ext4 -b 1024",
         "-t ext4 -b 1024 -O ^metadata_csum,uninit_bg",

@@ -308,3 +308,44 @@ fn the_summary_reports_around_damage() {
     assert!(stdout.contains("\nFree: "), "{stdout}");
     assert!(stderr.contains("/bad: damaged") && stderr.contains("1 damaged path"), "{stderr}");
 }
+
+/// An indexed directory whose names the hash index does not lead to (the
+/// volume's hash seed changed under it): readdir would list them, the
+/// kernel's lookup cannot find them. inspect lists exactly the names the
+/// kernel can look up and reports the others.
+#[test]
+fn names_the_hash_index_does_not_lead_to_are_damage() {
+    need_e2fsprogs!();
+    if !have("e2fsck") {
+        eprintln!("skipped: e2fsck not installed");
+        return;
+    }
+    let s = Scratch::new("htree-seed");
+    let img = image(s.path(), "-t ext4 -b 1024", "32M", |t| {
+        std::fs::create_dir_all(t.join("big")).unwrap();
+        for i in 0..600 {
+            std::fs::write(t.join(format!("big/file_{i}")), b"x").unwrap();
+        }
+    });
+    // e2fsck -D indexes the directory (mke2fs -d writes it linear).
+    let _ = Command::new("e2fsck").arg("-fyD").arg(&img).output().unwrap();
+    let healthy = inspect(&["--files"], &img);
+    assert!(healthy.status.success(), "{}", text(&healthy.stderr));
+    assert_eq!(text(&healthy.stdout).lines().count(), 600);
+    debugfs(&img, "ssv hash_seed 11111111-2222-3333-4444-555555555555\n");
+    let out = inspect(&["--files"], &img);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1));
+    let listed: std::collections::BTreeSet<String> =
+        stdout.lines().map(|l| l.split(':').next().unwrap().to_string()).collect();
+    let damaged = stderr.matches("the kernel cannot look it up").count();
+    assert_eq!(listed.len() + damaged, 600, "{stderr}");
+    assert!(damaged > 0, "a new seed moves most names");
+    let Some(k) = Kernel::mount(&img, "a changed hash seed") else { return };
+    let k = k.unwrap();
+    let found: std::collections::BTreeSet<String> = (0..600)
+        .map(|i| format!("/big/file_{i}"))
+        .filter(|p| std::fs::metadata(k.mnt.join(p.trim_start_matches('/'))).is_ok())
+        .collect();
+    assert_eq!(found, listed, "inspect lists what the kernel looks up");
+}

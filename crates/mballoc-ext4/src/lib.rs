@@ -60,6 +60,7 @@ pub mod directory;
 pub mod engine;
 pub mod error;
 pub mod group;
+mod htree;
 pub mod inode;
 pub mod mapping;
 pub mod namespace;

@@ -14,13 +14,15 @@
 //! whose inode or map the kernel would refuse, a directory whose block
 //! does not parse (what it named before the bad block was already
 //! listed), a directory reached a second time (by a loop, or by a second
-//! name, which ext4 never makes), and under [`Claiming::Volume`] a file
-//! whose blocks another file already owns.
+//! name, which ext4 never makes), a name an indexed directory's hash
+//! index does not lead to (the kernel cannot look it up), and under
+//! [`Claiming::Volume`] a file whose blocks another file already owns.
 
 #[cfg(doc)]
 use crate::directory::dir_blocks;
 use crate::directory::{named_error, DirAt, DirEntry};
 use crate::error::{Ext4Error, Result};
+use crate::htree::HashIndex;
 use crate::inode::{FileType, Inode, MappingKind, ROOT_INO};
 use crate::mapping::{Claims, Extent, FileMap};
 use crate::source::BlockSource;
@@ -69,6 +71,9 @@ pub enum Visit<'a> {
 /// A directory on the current path, and where its listing stands.
 struct Frame {
     at: DirAt,
+    /// An indexed directory's hash index, which every name it lists
+    /// must be reachable by.
+    index: Option<HashIndex>,
     /// The directory's own path is `path[..path_len]`.
     path_len: usize,
     entries: Entries,
@@ -127,7 +132,7 @@ impl<S: BlockSource> Volume<S> {
         let mut frames = vec![self.frame(&root, root_map, path.len())?];
         let mut current = Current { key: None, entries: Vec::new() };
         while let Some(depth) = frames.len().checked_sub(1) {
-            let d = match self.next_entry(&mut frames[depth], depth, &mut current) {
+            let (d, logical) = match self.next_entry(&mut frames[depth], depth, &mut current) {
                 Ok(Some(d)) => d,
                 Ok(None) => {
                     frames.pop();
@@ -153,7 +158,13 @@ impl<S: BlockSource> Volume<S> {
             }
             path.extend_from_slice(&d.name);
             let ino = d.ino;
+            let unreachable = frames[depth].index.as_ref().and_then(|i| i.leads_to(&d.name, logical).err());
             let via = Some((parent, d));
+            if let Some(why) = unreachable {
+                let shown = String::from_utf8_lossy(&path).into_owned();
+                visit(Visit::Damaged { path: &path, error: named_error(ino, &via, format!("{shown}: {why}")) })?;
+                continue;
+            }
             let reached = (|| -> Result<(Inode, FileMap)> {
                 let inode = self.named_inode(&path, ino, &via)?;
                 let is_dir = inode.file_type() == FileType::Directory;
@@ -192,23 +203,31 @@ impl<S: BlockSource> Volume<S> {
 
     /// A frame for directory `dir`, its listing not started.
     fn frame(&self, dir: &Inode, map: FileMap, path_len: usize) -> Result<Frame> {
+        let at = DirAt::of(dir);
+        let mut index = None;
         let entries = if map.kind == MappingKind::Inline {
             Entries::Inline(self.inline_dir(dir)?)
         } else {
+            // The kernel looks names up through the index only where the
+            // volume has dir_index.
+            if at.indexed && self.superblock().has_compat(crate::superblock::compat::DIR_INDEX) {
+                index = self.hash_index(&at, &map.extents)?;
+            }
             let blocks = dir.size.div_ceil(u64::from(self.superblock().block_size));
             Entries::Blocks { extents: map.extents.into_boxed_slice(), blocks, ext: 0, off: 0 }
         };
-        Ok(Frame { at: DirAt::of(dir), path_len, entries, entry: 0 })
+        Ok(Frame { at, index, path_len, entries, entry: 0 })
     }
 
-    /// The next entry of frame `depth`, reading its blocks as needed into
-    /// `current` (again, when a subdirectory's listing used it meanwhile).
-    fn next_entry(&self, f: &mut Frame, depth: usize, current: &mut Current) -> Result<Option<DirEntry>> {
+    /// The next entry of frame `depth` and the logical block holding it,
+    /// reading its blocks as needed into `current` (again, when a
+    /// subdirectory's listing used it meanwhile).
+    fn next_entry(&self, f: &mut Frame, depth: usize, current: &mut Current) -> Result<Option<(DirEntry, u64)>> {
         let (extents, blocks, ext, off) = match &mut f.entries {
             Entries::Inline(list) => {
                 let e = list.get(f.entry).cloned();
                 f.entry += 1;
-                return Ok(e);
+                return Ok(e.map(|e| (e, 0)));
             }
             Entries::Blocks { extents, blocks, ext, off } => (extents, *blocks, ext, off),
         };
@@ -225,7 +244,7 @@ impl<S: BlockSource> Volume<S> {
             }
             if let Some(e) = current.entries.get(f.entry) {
                 f.entry += 1;
-                return Ok(Some(e.clone()));
+                return Ok(Some((e.clone(), logical)));
             }
             f.entry = 0;
             *off += 1;
