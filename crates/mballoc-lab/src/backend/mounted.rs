@@ -173,6 +173,12 @@ pub fn start_mount_server(
             break Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
+            // A volume mounted already is bound at the new place and its
+            // process exits at once: the mount may have appeared between
+            // the check above and the exit.
+            if status.success() && mounted() {
+                break Ok(());
+            }
             let msg = std::fs::read_to_string(log).unwrap_or_default();
             break Err(LabError::Unavailable(format!("mballoc mount exited ({status}): {}", msg.trim())));
         }
