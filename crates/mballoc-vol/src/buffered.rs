@@ -393,7 +393,6 @@ impl Volume {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        let bs = self.block_size();
         // The partial blocks it zeroes, read now: at the start, and at the
         // end of the range or of the file, whichever comes first (a range
         // that ends in the last block's slack zeroes that block to the
@@ -405,17 +404,24 @@ impl Volume {
         self.fs.punch_hole(f, offset, len)?;
         let size = self.fs.size(f)?;
         let end = (offset + len).min(size);
-        let (first, last) = (offset.div_ceil(bs), end / bs);
+        self.clear_cached(f, &mut fc, offset, end, end)
+    }
+
+    /// After the engine cleared `[offset, forget_end)`: drop the cache's
+    /// whole blocks of it, and zero the cached partial blocks at the
+    /// edges of `[offset, zero_end)` (the part inside the file).
+    fn clear_cached(&self, f: FileId, fc: &mut FileCache, offset: u64, forget_end: u64, zero_end: u64) -> Result<()> {
+        let bs = self.block_size();
+        let (first, last) = (offset.div_ceil(bs), forget_end / bs);
         if first < last {
-            self.forget_blocks(&mut fc, first, last);
+            self.forget_blocks(fc, first, last);
         }
-        // The partial blocks at either edge, inside the file.
-        let head_end = offset.next_multiple_of(bs).min(end);
-        if offset < end && !offset.is_multiple_of(bs) {
-            self.zero_partial(f, &mut fc, offset, head_end)?;
+        let head_end = offset.next_multiple_of(bs).min(zero_end);
+        if offset < zero_end && !offset.is_multiple_of(bs) {
+            self.zero_partial(f, fc, offset, head_end)?;
         }
-        if end % bs != 0 && end > head_end.max(offset) && end / bs >= first {
-            self.zero_partial(f, &mut fc, (end / bs * bs).max(offset), end)?;
+        if !zero_end.is_multiple_of(bs) && zero_end > head_end.max(offset) && zero_end / bs >= first {
+            self.zero_partial(f, fc, (zero_end / bs * bs).max(offset), zero_end)?;
         }
         Ok(())
     }
@@ -434,7 +440,6 @@ impl Volume {
             .ok_or_else(|| VolError::InvalidArgument(format!("a range of {len} bytes at {offset} passes 2^64")))?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        let bs = self.block_size();
         // What the range holds in the cache reaches its blocks first, so
         // the conversion covers it (writing back changes nothing a reader
         // sees).
@@ -449,19 +454,7 @@ impl Volume {
         self.admit_records(f, 4)?;
         self.engine(self.fs.fallocate(f, offset, len, mode))?;
         self.engine(self.fs.mark_unwritten(f, offset, len))?;
-        let (first, last) = (offset.div_ceil(bs), end / bs);
-        if first < last {
-            self.forget_blocks(&mut fc, first, last);
-        }
-        let end = end.min(new_size);
-        let head_end = offset.next_multiple_of(bs).min(end);
-        if offset < end && !offset.is_multiple_of(bs) {
-            self.zero_partial(f, &mut fc, offset, head_end)?;
-        }
-        if end % bs != 0 && end > head_end.max(offset) && end / bs >= first {
-            self.zero_partial(f, &mut fc, (end / bs * bs).max(offset), end)?;
-        }
-        Ok(())
+        self.clear_cached(f, &mut fc, offset, end, end.min(new_size))
     }
 
     /// `FALLOC_FL_COLLAPSE_RANGE`: take the whole blocks
