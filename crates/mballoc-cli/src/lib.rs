@@ -7,7 +7,7 @@
 
 #![warn(missing_docs)]
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use mballoc_ext4::ChecksumPolicy;
 use mballoc_lab::backend::BackendKind;
@@ -21,11 +21,13 @@ use std::path::PathBuf;
 
 mod fidelity_cmd;
 mod inspect;
+mod kernels_cmd;
 mod lab_settings;
 mod mount;
 mod plan;
 mod record_cmd;
 mod shell;
+mod show_cmd;
 mod user_workload;
 mod volume_cmd;
 
@@ -322,77 +324,7 @@ enum LabCmd {
     /// qemu-system-x86 and busybox-static; layouts and counts are the
     /// kernel's, timings are emulated).
     #[command(subcommand)]
-    Kernels(KernelsCmd),
-}
-
-#[derive(Subcommand)]
-enum KernelsCmd {
-    /// Download and unpack a kernel into the cache (`$MBALLOC_KERNELS`,
-    /// default ~/.cache/mballoc/kernels) and print its ABI.
-    Fetch {
-        /// A series (6.1, 6.12), an ABI (6.1.0-56-cloud-amd64) or
-        /// SUITE:VERSION (trixie-backports:7.3).
-        kernel: String,
-    },
-    /// Run `mballoc ARGS...` on that kernel: in a qemu guest, or here for
-    /// `host`. Its output is printed as it printed it, and its exit status
-    /// is this command's.
-    Run {
-        /// `host`, a series, an ABI or SUITE:VERSION (as for fetch).
-        kernel: String,
-        /// CPUs the guest sees (since 6.17 layouts depend on it).
-        #[arg(long)]
-        cpus: Option<u32>,
-        /// Guest memory in MiB.
-        #[arg(long, default_value_t = 3072)]
-        memory: u32,
-        /// Seconds before the guest is stopped.
-        #[arg(long, default_value_t = 1800)]
-        timeout: u64,
-        /// The `mballoc` command line to run (after `--`).
-        #[arg(last = true, required = true)]
-        args: Vec<String>,
-    },
-}
-
-/// `mballoc lab kernels`.
-fn kernels_cmd(cmd: KernelsCmd) -> Result<()> {
-    use mballoc_lab::kernels;
-    use std::io::Write as _;
-    match cmd {
-        KernelsCmd::Fetch { kernel } => {
-            let k = kernels::fetch(&kernel.parse()?)?;
-            println!("{}\t{}", k.abi, k.dir.display());
-            Ok(())
-        }
-        KernelsCmd::Run { kernel, cpus, memory, timeout, args } => {
-            if kernel == "host" {
-                let me = std::env::current_exe().context("this program's path")?;
-                let status = std::process::Command::new(me).args(&args).status().context("running it here")?;
-                std::process::exit(status.code().unwrap_or(1));
-            }
-            let k = kernels::fetch(&kernel.parse()?)?;
-            let mut opts = kernels::GuestOptions {
-                memory_mib: memory,
-                timeout: std::time::Duration::from_secs(timeout),
-                ..Default::default()
-            };
-            if let Some(n) = cpus {
-                opts.cpus = n;
-            }
-            let r = kernels::run(&k, &args, &opts)?;
-            std::io::stdout().write_all(&r.stdout)?;
-            std::io::stderr().write_all(&r.stderr)?;
-            eprintln!(
-                "mballoc lab kernels: ran on {} ({} CPUs, emulated) in {:.1} s, exit status {}",
-                r.uname,
-                opts.cpus,
-                r.elapsed.as_secs_f64(),
-                r.status
-            );
-            std::process::exit(r.status);
-        }
-    }
+    Kernels(kernels_cmd::KernelsCmd),
 }
 
 #[derive(Subcommand)]
@@ -599,55 +531,9 @@ fn run() -> Result<()> {
             fidelity_cmd::run(&workloads, &cases, &out, &how)
         }
         Cmd::Lab { cmd: LabCmd::Replay(a) } => record_cmd::run_replay(&a),
-        Cmd::Lab { cmd: LabCmd::Kernels(k) } => kernels_cmd(k),
+        Cmd::Lab { cmd: LabCmd::Kernels(k) } => kernels_cmd::run(k),
         Cmd::Lab { cmd: LabCmd::Record(a) } => record_cmd::run_record(&a),
-        Cmd::Lab { cmd: LabCmd::Show { scenario } } => {
-            let w = match scenario.as_str() {
-                "fallocate2" => scenarios::fallocate2::workload(64, 2.0, 8 << 30),
-                "fio-falloc" => scenarios::fio_falloc::workload(64, 64 << 20, 8 << 30),
-                "small-files-fragmented" => scenarios::small_files::workload(64, 256, 8 << 30),
-                "multiblock-cost" => scenarios::multiblock::workload(600, 640),
-                "aged" => scenarios::aged::workload(8 << 30, 1 << 30),
-                // These drive their target directly, not through a
-                // workload: say what they run instead.
-                "folio-write" => {
-                    println!(
-                        "# folio-write runs its own loop, not a workload: one file written sequentially\n\
-                         # at 4 KiB, 64 KiB and 1 MiB per call, in three modes (cache; sync: fsync after\n\
-                         # every write; writeback: fsync at the end), on the engine's persistent volume\n\
-                         # with 4 KiB and 2 MiB folios and on kernel ext4 by system calls."
-                    );
-                    return Ok(());
-                }
-                "fallocate2-core" | "fragmented-core" => {
-                    println!(
-                        "# {scenario} runs on the allocator alone (no files, no workload): see\n\
-                         # `mballoc lab list` for what it measures and `mballoc bench alloc` to run it."
-                    );
-                    return Ok(());
-                }
-                "aged-at-scale" => {
-                    println!(
-                        "# aged-at-scale runs on the engine alone, not through a workload: 753,000 groups of\n\
-                         # 32,768 blocks, each loaded from one aged bitmap (a 50-block free run in 22 of every\n\
-                         # 50 periods of 100 blocks), then a 1 GiB file written in 1 MiB steps and fsynced,\n\
-                         # under the kernel profile with mb_optimize_scan=1 and =0."
-                    );
-                    return Ok(());
-                }
-                "aging" => {
-                    println!(
-                        "# aging replays seeded traces, not a workload: Geriatrix's profile-driven creates\n\
-                         # and deletes and the git-pull ager, each one stream of operations generated from\n\
-                         # its seed and run unchanged on the engine, ext4, XFS, btrfs and the mount."
-                    );
-                    return Ok(());
-                }
-                other => bail!("no scenario {other:?} (`mballoc lab list` names them)"),
-            };
-            print!("{}", w.to_toml());
-            Ok(())
-        }
+        Cmd::Lab { cmd: LabCmd::Show { scenario } } => show_cmd::show(&scenario),
         Cmd::Bench { cmd: BenchCmd::Fallocate2 { workers, seconds, backends: b } } => {
             let env = Env::new(false, 1, backends(&b)?);
             let r = scenarios::fallocate2::run_with(&env, &workers, seconds, 8 << 30);
