@@ -90,6 +90,7 @@ pub unsafe extern "C" fn mb_allocator_new(
     guard_int(|| {
         let options = match options.is_null() {
             true => "",
+            // SAFETY: `options` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
             false => unsafe { crate::string(options, "options") }?,
         };
         if out.is_null() {
@@ -140,6 +141,7 @@ pub unsafe extern "C" fn mb_allocator_allocate(
     out: *mut MbAllocation,
 ) -> c_int {
     guard_int(|| {
+        // SAFETY: `a` is NULL (refused) or a handle from `mb_allocator_new` not yet freed (the header's contract).
         let a = unsafe { allocator(a) }?;
         // SAFETY: a non-NULL `req` points at a request (the header's contract).
         let q = unsafe { req.as_ref() }.ok_or_else(|| invalid("req is NULL"))?;
@@ -174,6 +176,7 @@ pub unsafe extern "C" fn mb_allocator_allocate(
             groups_scanned: got.groups_scanned,
             extents_scanned: got.extents_scanned,
         };
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, g, "out") }?;
         Ok(0)
     })
@@ -202,6 +205,7 @@ pub extern "C" fn mb_found_by_name(found_by: c_int) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn mb_allocator_release(a: *const MbAllocator, start: u64, len: u64) -> c_int {
     guard_int(|| {
+        // SAFETY: `a` is NULL (refused) or a handle from `mb_allocator_new` not yet freed (the header's contract).
         unsafe { allocator(a) }?.free(start, len).map_err(alloc_err)?;
         Ok(0)
     })
@@ -211,7 +215,9 @@ pub unsafe extern "C" fn mb_allocator_release(a: *const MbAllocator, start: u64,
 #[no_mangle]
 pub unsafe extern "C" fn mb_allocator_free_blocks(a: *const MbAllocator, out: *mut u64) -> c_int {
     guard_int(|| {
+        // SAFETY: `a` is NULL (refused) or a handle from `mb_allocator_new` not yet freed (the header's contract).
         let n = unsafe { allocator(a) }?.free_blocks();
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, n, "out") }?;
         Ok(0)
     })
@@ -222,6 +228,7 @@ pub unsafe extern "C" fn mb_allocator_free_blocks(a: *const MbAllocator, out: *m
 pub unsafe extern "C" fn mb_allocator_mb_stats(a: *const MbAllocator) -> *mut c_char {
     let mut s = None;
     guard(|| {
+        // SAFETY: `a` is NULL (refused) or a handle from `mb_allocator_new` not yet freed (the header's contract).
         s = Some(unsafe { allocator(a) }?.mb_stats_report());
         Ok(0)
     });

@@ -68,7 +68,9 @@ pub unsafe extern "C" fn mb_file_open(
 ) -> c_int {
     guard_int(|| {
         known_flags(flags, MB_O_READ | MB_O_WRITE | MB_O_CREATE | MB_O_TRUNC | MB_O_APPEND | MB_O_EXCL, "open")?;
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         let vh = unsafe { volume(v) }?;
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let path = unsafe { crate::path(path, "path") }?;
         if out.is_null() {
             return Err(invalid("out is NULL"));
@@ -109,6 +111,7 @@ pub unsafe extern "C" fn mb_file_close(f: *mut MbFile) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_read_at(f: *const MbFile, buf: *mut u8, len: usize, offset: u64) -> i64 {
     guard(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         let f = unsafe { file(f) }?;
         if buf.is_null() && len > 0 {
             return Err(invalid("buf is NULL"));
@@ -137,6 +140,7 @@ fn read_err(e: mballoc_vol::VolError) -> CError {
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_write_at(f: *const MbFile, buf: *const u8, len: usize, offset: u64) -> i64 {
     guard(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         let f = unsafe { file(f) }?;
         if buf.is_null() && len > 0 {
             return Err(invalid("buf is NULL"));
@@ -156,7 +160,9 @@ pub unsafe extern "C" fn mb_file_write_at(f: *const MbFile, buf: *const u8, len:
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_size(f: *const MbFile, out: *mut u64) -> c_int {
     guard_int(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         let size = unsafe { file(f) }?.len().map_err(vol_err)?;
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, size, "out") }?;
         Ok(0)
     })
@@ -166,7 +172,9 @@ pub unsafe extern "C" fn mb_file_size(f: *const MbFile, out: *mut u64) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_stat(f: *const MbFile, out: *mut MbStat) -> c_int {
     guard_int(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         let m = unsafe { file(f) }?.metadata().map_err(vol_err)?;
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, stat_of(m), "out") }?;
         Ok(0)
     })
@@ -176,6 +184,7 @@ pub unsafe extern "C" fn mb_file_stat(f: *const MbFile, out: *mut MbStat) -> c_i
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_sync(f: *const MbFile) -> c_int {
     guard_int(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         unsafe { file(f) }?.sync_all().map_err(vol_err)?;
         Ok(0)
     })
@@ -185,6 +194,7 @@ pub unsafe extern "C" fn mb_file_sync(f: *const MbFile) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_set_len(f: *const MbFile, size: u64) -> c_int {
     guard_int(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         unsafe { file(f) }?.set_len(size).map_err(read_err)?;
         Ok(0)
     })
@@ -198,6 +208,7 @@ pub unsafe extern "C" fn mb_file_set_len(f: *const MbFile, size: u64) -> c_int {
 pub unsafe extern "C" fn mb_file_fallocate(f: *const MbFile, flags: c_int, offset: u64, len: u64) -> c_int {
     guard_int(|| {
         known_flags(flags, MB_FALLOC_KEEP_SIZE | MB_FALLOC_PUNCH_HOLE | MB_FALLOC_ZERO_RANGE, "fallocate")?;
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         let f = unsafe { file(f) }?;
         let keep = if flags & MB_FALLOC_KEEP_SIZE != 0 { FallocateMode::KeepSize } else { FallocateMode::ExtendSize };
         let r = match flags & !MB_FALLOC_KEEP_SIZE {
@@ -216,6 +227,7 @@ pub unsafe extern "C" fn mb_file_fallocate(f: *const MbFile, flags: c_int, offse
 #[no_mangle]
 pub unsafe extern "C" fn mb_file_extents(f: *const MbFile, out: *mut MbExtent, cap: usize, count: *mut usize) -> c_int {
     guard_int(|| {
+        // SAFETY: `f` is NULL (refused) or a handle from `mb_file_open` not yet closed (the header's contract).
         let ext = unsafe { file(f) }?.extents().map_err(vol_err)?;
         if cap > 0 && out.is_null() {
             return Err(invalid("out is NULL"));
@@ -226,6 +238,7 @@ pub unsafe extern "C" fn mb_file_extents(f: *const MbFile, out: *mut MbExtent, c
             // contract) and `i < cap`.
             unsafe { *out.add(i) = MbExtent { logical: e.logical, physical: e.physical, length: e.len, unwritten } };
         }
+        // SAFETY: `count` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(count, ext.len(), "count") }?;
         Ok(0)
     })

@@ -13,7 +13,6 @@
 //! (open files), `alloc` (the bare allocator). This file holds what
 //! every call shares: the error rule and the checks of C's arguments.
 
-#![warn(missing_docs)]
 #![allow(clippy::missing_safety_doc)] // the header states each pointer's contract
 
 use mballoc_vol::VolError;

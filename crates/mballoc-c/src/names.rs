@@ -113,6 +113,7 @@ fn on<T>(v: *const MbVolume, f: impl FnOnce(&mballoc_vol::Volume) -> mballoc_vol
 #[no_mangle]
 pub unsafe extern "C" fn mb_mkdir(v: *const MbVolume, path: *const c_char, mode: u32) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         on(v, |vol| vol.create_dir_mode(p, if mode == 0 { 0o755 } else { mode }))?;
         Ok(0)
@@ -123,6 +124,7 @@ pub unsafe extern "C" fn mb_mkdir(v: *const MbVolume, path: *const c_char, mode:
 #[no_mangle]
 pub unsafe extern "C" fn mb_rmdir(v: *const MbVolume, path: *const c_char) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         on(v, |vol| vol.remove_dir(p))?;
         Ok(0)
@@ -134,6 +136,7 @@ pub unsafe extern "C" fn mb_rmdir(v: *const MbVolume, path: *const c_char) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn mb_unlink(v: *const MbVolume, path: *const c_char) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         on(v, |vol| vol.remove_file(p))?;
         Ok(0)
@@ -152,6 +155,7 @@ pub unsafe extern "C" fn mb_rename(v: *const MbVolume, from: *const c_char, to: 
             MB_RENAME_EXCHANGE => Replace::Exchange,
             _ => return Err(invalid("MB_RENAME_NOREPLACE and MB_RENAME_EXCHANGE exclude each other")),
         };
+        // SAFETY: `from` and `to` are NULL (refused) or NUL-terminated strings live for the call (the header's contract).
         let (a, b) = unsafe { (crate::path(from, "from")?, crate::path(to, "to")?) };
         on(v, |vol| vol.rename(a, b, how))?;
         Ok(0)
@@ -162,6 +166,7 @@ pub unsafe extern "C" fn mb_rename(v: *const MbVolume, from: *const c_char, to: 
 #[no_mangle]
 pub unsafe extern "C" fn mb_link(v: *const MbVolume, from: *const c_char, to: *const c_char) -> c_int {
     guard_int(|| {
+        // SAFETY: `from` and `to` are NULL (refused) or NUL-terminated strings live for the call (the header's contract).
         let (a, b) = unsafe { (crate::path(from, "from")?, crate::path(to, "to")?) };
         on(v, |vol| vol.hard_link(a, b))?;
         Ok(0)
@@ -172,6 +177,7 @@ pub unsafe extern "C" fn mb_link(v: *const MbVolume, from: *const c_char, to: *c
 #[no_mangle]
 pub unsafe extern "C" fn mb_symlink(v: *const MbVolume, target: *const c_char, link: *const c_char) -> c_int {
     guard_int(|| {
+        // SAFETY: `target` and `link` are NULL (refused) or NUL-terminated strings live for the call (the header's contract).
         let (t, l) = unsafe { (crate::path(target, "target")?, crate::path(link, "link")?) };
         on(v, |vol| vol.symlink(t, l))?;
         Ok(0)
@@ -184,8 +190,10 @@ pub unsafe extern "C" fn mb_symlink(v: *const MbVolume, target: *const c_char, l
 pub unsafe extern "C" fn mb_readlink(v: *const MbVolume, path: *const c_char, buf: *mut c_char, cap: usize) -> i64 {
     guard(|| {
         use std::os::unix::ffi::OsStrExt;
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         let t = on(v, |vol| vol.read_link(p))?;
+        // SAFETY: `buf` is NULL or points at `cap` writable bytes (the header's contract).
         unsafe { copy_out(t.as_os_str().as_bytes(), buf.cast(), cap) }
     })
 }
@@ -196,11 +204,13 @@ pub unsafe extern "C" fn mb_readlink(v: *const MbVolume, path: *const c_char, bu
 pub unsafe extern "C" fn mb_stat(v: *const MbVolume, path: *const c_char, flags: c_int, out: *mut MbStat) -> c_int {
     guard_int(|| {
         known_flags(flags, MB_STAT_NOFOLLOW, "stat")?;
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         let m = on(v, |vol| match flags {
             0 => vol.metadata(p),
             _ => vol.symlink_metadata(p),
         })?;
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, stat_of(m), "out") }?;
         Ok(0)
     })
@@ -210,6 +220,7 @@ pub unsafe extern "C" fn mb_stat(v: *const MbVolume, path: *const c_char, flags:
 #[no_mangle]
 pub unsafe extern "C" fn mb_truncate(v: *const MbVolume, path: *const c_char, size: u64) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         on(v, |vol| vol.set_len(p, size))?;
         Ok(0)
@@ -220,6 +231,7 @@ pub unsafe extern "C" fn mb_truncate(v: *const MbVolume, path: *const c_char, si
 #[no_mangle]
 pub unsafe extern "C" fn mb_chmod(v: *const MbVolume, path: *const c_char, mode: u32) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         on(v, |vol| vol.set_permissions(p, mode))?;
         Ok(0)
@@ -231,6 +243,7 @@ pub unsafe extern "C" fn mb_chmod(v: *const MbVolume, path: *const c_char, mode:
 #[no_mangle]
 pub unsafe extern "C" fn mb_set_flags(v: *const MbVolume, path: *const c_char, flags: u32) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         on(v, |vol| {
             let f = vol.resolve(p)?;
@@ -246,6 +259,7 @@ pub unsafe extern "C" fn mb_set_flags(v: *const MbVolume, path: *const c_char, f
 #[no_mangle]
 pub unsafe extern "C" fn mb_opendir(v: *const MbVolume, path: *const c_char, out: *mut *mut MbDir) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         if out.is_null() {
             return Err(invalid("out is NULL"));
@@ -269,6 +283,7 @@ pub unsafe extern "C" fn mb_readdir(d: *mut MbDir, out: *mut MbDirEntry) -> c_in
         for (dst, &b) in name.iter_mut().zip(e.name.iter().take(MB_NAME_MAX)) {
             *dst = b as c_char;
         }
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, MbDirEntry { ino: e.ino.0, kind: e.kind, name }, "out") }?;
         d.next += 1;
         Ok(1)
@@ -296,8 +311,10 @@ pub unsafe extern "C" fn mb_getxattr(
     cap: usize,
 ) -> i64 {
     guard(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let (p, n) = unsafe { (crate::path(path, "path")?, string(name, "name")?) };
         let value = on(v, |vol| vol.get_xattr(p, n))?;
+        // SAFETY: `buf` is NULL or points at `cap` writable bytes (the header's contract).
         unsafe { copy_out(&value, buf, cap) }
     })
 }
@@ -321,6 +338,7 @@ pub unsafe extern "C" fn mb_setxattr(
             MB_XATTR_REPLACE => XattrSet::Replace,
             _ => return Err(invalid("MB_XATTR_CREATE and MB_XATTR_REPLACE exclude each other")),
         };
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let (p, n) = unsafe { (crate::path(path, "path")?, string(name, "name")?) };
         if value.is_null() && len > 0 {
             return Err(invalid("value is NULL"));
@@ -342,6 +360,7 @@ pub unsafe extern "C" fn mb_setxattr(
 #[no_mangle]
 pub unsafe extern "C" fn mb_listxattr(v: *const MbVolume, path: *const c_char, buf: *mut c_char, cap: usize) -> i64 {
     guard(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let p = unsafe { crate::path(path, "path") }?;
         let names = on(v, |vol| vol.list_xattrs(p))?;
         let mut all = Vec::new();
@@ -349,6 +368,7 @@ pub unsafe extern "C" fn mb_listxattr(v: *const MbVolume, path: *const c_char, b
             all.extend_from_slice(n.as_bytes());
             all.push(0);
         }
+        // SAFETY: `buf` is NULL or points at `cap` writable bytes (the header's contract).
         unsafe { copy_out(&all, buf.cast(), cap) }
     })
 }
@@ -357,6 +377,7 @@ pub unsafe extern "C" fn mb_listxattr(v: *const MbVolume, path: *const c_char, b
 #[no_mangle]
 pub unsafe extern "C" fn mb_removexattr(v: *const MbVolume, path: *const c_char, name: *const c_char) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let (p, n) = unsafe { (crate::path(path, "path")?, string(name, "name")?) };
         on(v, |vol| vol.remove_xattr(p, n))?;
         Ok(0)

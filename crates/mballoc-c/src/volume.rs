@@ -109,6 +109,7 @@ pub(crate) unsafe fn volume<'a>(v: *const MbVolume) -> Result<&'a MbVolume, CErr
 pub unsafe extern "C" fn mb_format(path: *const c_char, size: u64, block_size: u32, flags: c_int) -> c_int {
     guard_int(|| {
         known_flags(flags, MB_FORMAT_FORCE, "format")?;
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let path = unsafe { crate::path(path, "path") }?;
         let mut opts = FormatOptions::default();
         if block_size != 0 {
@@ -136,12 +137,14 @@ fn at(e: mballoc_vol::VolError, p: &std::path::Path) -> CError {
 #[no_mangle]
 pub unsafe extern "C" fn mb_volume_open(path: *const c_char, options: *const c_char, out: *mut *mut MbVolume) -> c_int {
     guard_int(|| {
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let path = unsafe { crate::path(path, "path") }?;
         if out.is_null() {
             return Err(invalid("out is NULL"));
         }
         let options = match options.is_null() {
             true => "",
+            // SAFETY: `options` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
             false => unsafe { crate::string(options, "options") }?,
         };
         let mut opts = MountOptions::default();
@@ -197,6 +200,7 @@ pub unsafe extern "C" fn mb_volume_close(v: *mut MbVolume) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mb_volume_sync(v: *const MbVolume) -> c_int {
     guard_int(|| {
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         unsafe { volume(v) }?.vol.sync().map_err(vol_err)?;
         Ok(0)
     })
@@ -206,6 +210,7 @@ pub unsafe extern "C" fn mb_volume_sync(v: *const MbVolume) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn mb_volume_statvfs(v: *const MbVolume, out: *mut MbStatVfs) -> c_int {
     guard_int(|| {
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         let u = unsafe { volume(v) }?.vol.usage();
         let s = MbStatVfs {
             block_size: u.block_size,
@@ -215,6 +220,7 @@ pub unsafe extern "C" fn mb_volume_statvfs(v: *const MbVolume, out: *mut MbStatV
             inodes: u.inodes,
             free_inodes: u.free_inodes,
         };
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, s, "out") }?;
         Ok(0)
     })
@@ -226,7 +232,9 @@ pub unsafe extern "C" fn mb_volume_statvfs(v: *const MbVolume, out: *mut MbStatV
 pub unsafe extern "C" fn mb_volume_setting(v: *const MbVolume, key: *const c_char) -> *mut c_char {
     let mut s = None;
     guard_int(|| {
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         let v = unsafe { volume(v) }?;
+        // SAFETY: `key` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let key = unsafe { crate::string(key, "key") }?;
         s = Some(v.vol.fs().config().get(key).ok_or_else(|| invalid(&format!("no setting {key:?}")))?);
         Ok(0)
@@ -240,6 +248,7 @@ pub unsafe extern "C" fn mb_volume_setting(v: *const MbVolume, key: *const c_cha
 pub unsafe extern "C" fn mb_volume_mb_stats(v: *const MbVolume) -> *mut c_char {
     let mut s = None;
     guard_int(|| {
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         s = Some(unsafe { volume(v) }?.vol.fs().allocator().mb_stats_report());
         Ok(0)
     });
@@ -260,6 +269,7 @@ pub unsafe extern "C" fn mb_check(
 ) -> c_int {
     guard_int(|| {
         known_flags(flags, MB_CHECK_REPAIR, "check")?;
+        // SAFETY: `path` is NULL (refused) or a NUL-terminated string live for the call (the header's contract).
         let path = unsafe { crate::path(path, "path") }?;
         let repair = flags & MB_CHECK_REPAIR != 0;
         let dev = FileDevice::open(path, if repair { OpenMode::ReadWrite } else { OpenMode::ReadOnly })
@@ -277,6 +287,7 @@ pub unsafe extern "C" fn mb_check(
             regular_files: r.regular_files,
             free_blocks: r.free_blocks,
         };
+        // SAFETY: `out` is NULL (refused) or valid for one write (the header's contract).
         unsafe { put(out, c, "out") }?;
         if !problems.is_null() {
             let lines: Vec<String> = r
@@ -299,6 +310,7 @@ pub unsafe extern "C" fn mb_check(
 #[no_mangle]
 pub unsafe extern "C" fn mb_volume_inject_fault(v: *const MbVolume, op: c_int, nth: u64, persistent: c_int) -> c_int {
     guard_int(|| {
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         let v = unsafe { volume(v) }?;
         let dev = v.faults.as_ref().ok_or_else(|| invalid("the volume was opened without fault_injection"))?;
         let op = match op {
@@ -320,6 +332,7 @@ pub unsafe extern "C" fn mb_volume_inject_fault(v: *const MbVolume, op: c_int, n
 #[no_mangle]
 pub unsafe extern "C" fn mb_volume_heal(v: *const MbVolume) -> c_int {
     guard_int(|| {
+        // SAFETY: `v` is NULL (refused) or a handle from `mb_volume_open` not yet closed (the header's contract).
         let v = unsafe { volume(v) }?;
         v.faults.as_ref().ok_or_else(|| invalid("the volume was opened without fault_injection"))?.heal();
         Ok(0)

@@ -8,6 +8,7 @@ use std::ffi::{CStr, CString};
 use std::ptr;
 
 fn last_error() -> String {
+    // SAFETY: mb_last_error returns a NUL-terminated string the library keeps until the next call.
     unsafe { CStr::from_ptr(mb_last_error()) }.to_string_lossy().into_owned()
 }
 
@@ -19,6 +20,7 @@ fn c(s: &str) -> CString {
 fn format_write_read_extents_and_stats() {
     let dir = mballoc_testkit::Scratch::new("capi");
     let path = c(dir.join("v").to_str().unwrap());
+    // SAFETY: every pointer passed is a live CString, an out-variable on this stack, or a handle the API returned and the block has not closed.
     unsafe {
         assert_eq!(mb_format(path.as_ptr(), 64 << 20, 4096, 0), 0, "{}", last_error());
         assert_eq!(
@@ -67,6 +69,7 @@ fn format_write_read_extents_and_stats() {
 fn settings_by_name_reach_the_volume() {
     let dir = mballoc_testkit::Scratch::new("capi-settings");
     let path = c(dir.join("v").to_str().unwrap());
+    // SAFETY: as above: live CStrings, stack out-variables, and handles not yet closed.
     unsafe {
         assert_eq!(mb_format(path.as_ptr(), 64 << 20, 4096, 0), 0);
         let mut vol = ptr::null_mut();
@@ -87,6 +90,7 @@ fn settings_by_name_reach_the_volume() {
 
 #[test]
 fn bad_calls_are_errors_not_crashes() {
+    // SAFETY: the pointers are NULL or live CStrings and stack variables: each call must refuse the NULL ones without reading through them.
     unsafe {
         let mut vol = ptr::null_mut();
         assert_eq!(mb_volume_open(ptr::null(), ptr::null(), &mut vol), -libc::EINVAL);
@@ -106,6 +110,7 @@ fn bad_calls_are_errors_not_crashes() {
 
 #[test]
 fn the_bare_allocator_takes_the_whole_request() {
+    // SAFETY: `opts` is a live CString, `a` and the request live on this stack, and `a` is freed once at the end.
     unsafe {
         let mut a = ptr::null_mut();
         let opts = c("profile=kernel,mb_stats=1");

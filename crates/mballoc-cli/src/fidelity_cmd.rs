@@ -45,7 +45,7 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     // Recordings' images, expanded for the run.
-    let mut expanded: Vec<mballoc_lab::mount::Image> = Vec::new();
+    let mut expanded: Vec<mballoc_lab::loop_mount::Image> = Vec::new();
     let cases: Vec<Case> = if files.is_empty() {
         let all = fidelity::builtin(quick);
         for n in only {

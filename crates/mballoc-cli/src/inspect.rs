@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result};
 use mballoc::report::FreeSpaceHistogram;
-use mballoc_ext4::superblock::{compat, incompat, ro_compat};
-use mballoc_ext4::{BlockSource, Volume};
+use mballoc_ext4::{compat, incompat, ro_compat};
+use mballoc_ext4::{BlockSource, Ext4Volume};
 use std::fmt::Write;
 use std::io::Write as _;
 use std::path::Path;
@@ -31,14 +31,14 @@ pub fn modes_in_order(args: &[String], freefrag: bool, groups: bool, files: bool
 
 /// `mballoc inspect` on an ext4 image (`IMAGE?offset=N` or `offset`: the
 /// file system starts that many bytes in).
-pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::superblock::ChecksumPolicy, order: &[Mode]) -> Result<()> {
+pub fn ext4(image: &Path, offset: u64, policy: mballoc_ext4::ChecksumPolicy, order: &[Mode]) -> Result<()> {
     let (image, offset) = split_offset(image, offset)?;
     if std::fs::metadata(&image).is_ok_and(|m| m.is_file() && m.len() == 0) {
         anyhow::bail!("reading {}: the image is empty", image.display());
     }
     let src =
         mballoc_ext4::FileSource::open_at(&image, offset).with_context(|| format!("opening {}", image.display()))?;
-    let vol = match Volume::open(src, policy) {
+    let vol = match Ext4Volume::open(src, policy) {
         Ok(v) => v,
         Err(e @ mballoc_ext4::Ext4Error::BadMagic { .. }) => {
             anyhow::bail!("reading {}: {e}: {}", image.display(), what_it_holds(&image, offset))
@@ -151,7 +151,7 @@ fn split_offset(image: &Path, offset: u64) -> Result<(std::path::PathBuf, u64)> 
 }
 
 /// e2freefrag's report for the image, named `device` as e2freefrag names it.
-pub fn freefrag<S: BlockSource>(vol: &Volume<S>, device: &str) -> Result<String> {
+pub fn freefrag<S: BlockSource>(vol: &Ext4Volume<S>, device: &str) -> Result<String> {
     let sb = vol.superblock();
     let mut h = FreeSpaceHistogram::new(sb.block_size, sb.blocks_count, sb.free_blocks_count);
     vol.for_each_free_run(|_, len| h.add(len))?;
@@ -161,7 +161,7 @@ pub fn freefrag<S: BlockSource>(vol: &Volume<S>, device: &str) -> Result<String>
 /// A short description of the volume, written to `out` as it is found;
 /// damaged paths go to stderr, one line each. Returns how many there
 /// were: the counts then cover the rest of the volume.
-pub fn summary<S: BlockSource>(vol: &Volume<S>, image: &Path, out: &mut impl std::io::Write) -> Result<u64> {
+pub fn summary<S: BlockSource>(vol: &Ext4Volume<S>, image: &Path, out: &mut impl std::io::Write) -> Result<u64> {
     let sb = vol.superblock();
     let mut o = String::new();
     writeln!(o, "Image: {}", image.display())?;

@@ -5,8 +5,6 @@
 //! [`main`] runs is one `engine.policy=NAME` away in every lab command
 //! (see `examples/first_fit.rs`).
 
-#![warn(missing_docs)]
-
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use mballoc_ext4::ChecksumPolicy;

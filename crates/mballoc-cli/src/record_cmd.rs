@@ -67,7 +67,7 @@ fn parse_block_size(s: &str) -> Result<u32, String> {
 pub fn run_record(a: &RecordArgs) -> Result<()> {
     let s = Settings::from_assignments(&a.set)?;
     if let Some(bad) =
-        s.iter().find(|x| x.scope != mballoc_lab::settings::Scope::Kernel(mballoc_lab::mount::KernelFs::Ext4))
+        s.iter().find(|x| x.scope != mballoc_lab::settings::Scope::Kernel(mballoc_lab::loop_mount::KernelFs::Ext4))
     {
         anyhow::bail!("{bad}: lab record runs ext4; only ext4.* settings apply");
     }

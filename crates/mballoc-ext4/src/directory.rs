@@ -10,12 +10,12 @@ use crate::inode::{inode_csum_seed, FileType, Inode, MappingKind, ROOT_INO};
 use crate::mapping::{Claims, FileMap, INLINE_ROOT_BYTES};
 use crate::source::BlockSource;
 use crate::superblock::{incompat, ChecksumPolicy};
-use crate::volume::Volume;
+use crate::volume::Ext4Volume;
 use std::collections::{HashMap, HashSet};
 
 /// One directory entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirEntry {
+pub struct Ext4DirEntry {
     /// The inode it names (never 0).
     pub ino: u32,
     /// The name's bytes.
@@ -57,7 +57,7 @@ impl Tree {
 
 /// A path still to visit: its inode, and the directory and entry that
 /// named it (none for the root).
-type Pending = (Vec<u8>, u32, Option<(u32, DirEntry)>);
+type Pending = (Vec<u8>, u32, Option<(u32, Ext4DirEntry)>);
 
 const TAIL_LEN: usize = 12;
 /// Record lengths inside an inline directory are plain (the 64 KiB-block
@@ -65,9 +65,9 @@ const TAIL_LEN: usize = 12;
 const INLINE_REC_LIMIT: usize = 4096;
 const TAIL_FILE_TYPE: u8 = 0xDE;
 
-impl<S: BlockSource> Volume<S> {
+impl<S: BlockSource> Ext4Volume<S> {
     /// The entries of directory `dir` (including "." and "..").
-    pub fn read_dir(&self, dir: &Inode, map: &FileMap) -> Result<Vec<DirEntry>> {
+    pub fn read_dir(&self, dir: &Inode, map: &FileMap) -> Result<Vec<Ext4DirEntry>> {
         if map.kind == MappingKind::Inline {
             return self.inline_dir(dir);
         }
@@ -83,12 +83,12 @@ impl<S: BlockSource> Volume<S> {
     /// The entries of an inline directory: the parent's number, then
     /// entries filling the rest of i_block, then (a larger directory)
     /// more entries filling the system.data attribute.
-    pub(crate) fn inline_dir(&self, dir: &Inode) -> Result<Vec<DirEntry>> {
+    pub(crate) fn inline_dir(&self, dir: &Inode) -> Result<Vec<Ext4DirEntry>> {
         let bad = |block: u64, reason: String| Ext4Error::Directory { ino: dir.ino, block, reason };
         let filetype = self.superblock().has_incompat(incompat::FILETYPE);
         let mut out = Vec::new();
         let at = dir.table_block;
-        out.push(DirEntry { ino: le32(&dir.block, 0), name: b"..".to_vec(), block: at });
+        out.push(Ext4DirEntry { ino: le32(&dir.block, 0), name: b"..".to_vec(), block: at });
         parse_entries(&dir.block[4..], INLINE_REC_LIMIT, filetype, at, &mut out).map_err(|r| bad(at, r))?;
         let more = crate::xattr::ibody_value(&dir.ibody, crate::xattr::INDEX_SYSTEM, b"data")
             .map_err(|r| bad(at, format!("inline directory attribute: {r}")))?
@@ -105,7 +105,13 @@ impl<S: BlockSource> Volume<S> {
     /// directory `dir` to `out`, its checksum verified. Index blocks of an
     /// htree name no children (the root's "." and ".." are the directory
     /// itself and its parent).
-    pub(crate) fn dir_block(&self, dir: &DirAt, logical: u64, physical: u64, out: &mut Vec<DirEntry>) -> Result<()> {
+    pub(crate) fn dir_block(
+        &self,
+        dir: &DirAt,
+        logical: u64,
+        physical: u64,
+        out: &mut Vec<Ext4DirEntry>,
+    ) -> Result<()> {
         let sb = self.superblock();
         let bad = |reason: String| Ext4Error::Directory { ino: dir.ino, block: physical, reason };
         let seed = (sb.metadata_csum() && self.policy() == ChecksumPolicy::Verify)
@@ -207,7 +213,7 @@ impl DirAt {
 
 /// The written blocks of a directory of `blocks` blocks, `(logical,
 /// physical)` in map order (unwritten extents and holes hold no entries).
-pub(crate) fn dir_blocks(blocks: u64, extents: &[crate::mapping::Extent]) -> impl Iterator<Item = (u64, u64)> + '_ {
+pub(crate) fn dir_blocks(blocks: u64, extents: &[crate::mapping::Ext4Extent]) -> impl Iterator<Item = (u64, u64)> + '_ {
     extents.iter().filter(|e| !e.unwritten).flat_map(move |e| {
         (0..u64::from(e.len)).map(move |i| (e.logical + i, e.physical + i)).take_while(move |&(l, _)| l < blocks)
     })
@@ -215,7 +221,7 @@ pub(crate) fn dir_blocks(blocks: u64, extents: &[crate::mapping::Extent]) -> imp
 
 /// An error about the entry that named `ino` (or, for the root, about the
 /// inode itself).
-pub(crate) fn named_error(ino: u32, via: &Option<(u32, DirEntry)>, reason: String) -> Ext4Error {
+pub(crate) fn named_error(ino: u32, via: &Option<(u32, Ext4DirEntry)>, reason: String) -> Ext4Error {
     match via {
         Some((dir, e)) => Ext4Error::Directory { ino: *dir, block: e.block, reason },
         None => Ext4Error::Inode { ino, block: 0, reason },
@@ -232,7 +238,7 @@ pub(crate) fn child_path(parent: &[u8], name: &[u8]) -> Vec<u8> {
     child
 }
 
-impl<S: BlockSource> Volume<S> {
+impl<S: BlockSource> Ext4Volume<S> {
     /// The root inode, which both walks start from: a live directory, or
     /// nothing can be walked.
     pub(crate) fn live_root(&self) -> Result<Inode> {
@@ -250,7 +256,7 @@ impl<S: BlockSource> Volume<S> {
     /// The live inode `ino` that `path` names (through the entry `via`),
     /// or why it cannot be one: past the last inode, unreadable, or not in
     /// use.
-    pub(crate) fn named_inode(&self, raw_path: &[u8], ino: u32, via: &Option<(u32, DirEntry)>) -> Result<Inode> {
+    pub(crate) fn named_inode(&self, raw_path: &[u8], ino: u32, via: &Option<(u32, Ext4DirEntry)>) -> Result<Inode> {
         // Spelled out only for an error: a path can be long.
         let path = || String::from_utf8_lossy(raw_path);
         let sb = self.superblock();
@@ -328,7 +334,7 @@ fn parse_entries(
     block_size: usize,
     filetype: bool,
     block: u64,
-    out: &mut Vec<DirEntry>,
+    out: &mut Vec<Ext4DirEntry>,
 ) -> std::result::Result<(), String> {
     let mut pos = 0;
     while pos < buf.len() {
@@ -345,7 +351,7 @@ fn parse_entries(
             return Err(format!("entry at byte {pos}: name of {name_len} bytes in a record of {len}"));
         }
         if ino != 0 {
-            out.push(DirEntry { ino, name: buf[pos + 8..pos + 8 + name_len].to_vec(), block });
+            out.push(Ext4DirEntry { ino, name: buf[pos + 8..pos + 8 + name_len].to_vec(), block });
         }
         pos += len;
     }

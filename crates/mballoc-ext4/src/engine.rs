@@ -11,13 +11,15 @@
 use crate::error::{Ext4Error, Result};
 use crate::inode::{FileType, MappingKind};
 use crate::source::BlockSource;
-use crate::volume::Volume;
+use crate::volume::Ext4Volume;
 use mballoc::{Allocator, Geometry};
 use mballoc_fs::{ExtentState, FileId, FileKind, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent};
 use std::collections::HashSet;
 
+pub use crate::namespace::{load_with_namespace, WithNamespace};
+
 /// The engine's geometry for this volume (in clusters).
-pub fn geometry<S: BlockSource>(vol: &Volume<S>) -> Result<Geometry> {
+pub fn geometry<S: BlockSource>(vol: &Ext4Volume<S>) -> Result<Geometry> {
     let sb = vol.superblock();
     let clusters = (sb.blocks_count - u64::from(sb.first_data_block)).div_ceil(u64::from(sb.cluster_ratio()));
     Geometry::with_group_size(sb.block_size, sb.clusters_per_group, clusters)
@@ -25,12 +27,12 @@ pub fn geometry<S: BlockSource>(vol: &Volume<S>) -> Result<Geometry> {
 }
 
 /// Every group's bitmap, trimmed to the engine's group lengths.
-fn bitmaps<S: BlockSource>(vol: &Volume<S>) -> Result<Vec<Vec<u64>>> {
+fn bitmaps<S: BlockSource>(vol: &Ext4Volume<S>) -> Result<Vec<Vec<u64>>> {
     (0..vol.superblock().groups).map(|g| vol.block_bitmap(g)).collect()
 }
 
 /// Groups per flex group as ext4 uses them (1 without flex_bg).
-pub fn flex_groups<S: BlockSource>(vol: &Volume<S>) -> u32 {
+pub fn flex_groups<S: BlockSource>(vol: &Ext4Volume<S>) -> u32 {
     let sb = vol.superblock();
     if sb.feature_incompat & crate::superblock::incompat::FLEX_BG != 0 {
         1 << sb.log_groups_per_flex.min(31)
@@ -42,7 +44,7 @@ pub fn flex_groups<S: BlockSource>(vol: &Volume<S>) -> u32 {
 /// The groups whose descriptors say `BLOCK_UNINIT` and whose flag ext4
 /// honours (with group-descriptor checksums), for
 /// [`Allocator::unload_buddies`].
-pub fn block_uninit_groups<S: BlockSource>(vol: &Volume<S>) -> Vec<u32> {
+pub fn block_uninit_groups<S: BlockSource>(vol: &Ext4Volume<S>) -> Vec<u32> {
     if !vol.superblock().group_csum() {
         return Vec::new();
     }
@@ -54,7 +56,7 @@ pub fn block_uninit_groups<S: BlockSource>(vol: &Volume<S>) -> Vec<u32> {
 /// multiple of it (`ext4_mb_init`). The stripe is given in blocks; the
 /// allocator counts clusters, and ext4 turns off a stripe that is not a
 /// whole number of them (since 6.5).
-fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Superblock) {
+fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Ext4Superblock) {
     if t.stripe == 0 {
         t.stripe = sb.stripe();
     }
@@ -68,7 +70,7 @@ fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Superblock) {
 /// An allocator holding the image's free space, one group per ext4 group,
 /// with the image's flex groups. Its `mb_groups_report` is the kernel's
 /// `mb_groups` for the image.
-pub fn allocator<S: BlockSource>(vol: &Volume<S>) -> Result<Allocator> {
+pub fn allocator<S: BlockSource>(vol: &Ext4Volume<S>) -> Result<Allocator> {
     let mut t = mballoc::Tunables::default();
     with_stripe(&mut t, vol.superblock());
     let alloc = Allocator::builder(geometry(vol)?)
@@ -96,7 +98,7 @@ pub struct Loaded {
 /// (closed, with their extents). `configure` adjusts the engine's
 /// configuration (tunables, placement) before it is built; the geometry
 /// and inodes per group come from the image.
-pub fn load<S: BlockSource>(vol: &Volume<S>, configure: impl FnOnce(&mut FsConfig)) -> Result<Loaded> {
+pub fn load<S: BlockSource>(vol: &Ext4Volume<S>, configure: impl FnOnce(&mut FsConfig)) -> Result<Loaded> {
     load_carrying(vol, configure, Directories::AsMetadata)
 }
 
@@ -106,13 +108,13 @@ pub enum Directories {
     /// Their blocks are metadata the engine never allocates or frees.
     AsMetadata,
     /// Each is a [`FileKind::Directory`](mballoc_fs::FileKind) file of the
-    /// engine, its blocks its own (for [`crate::namespace::load`]).
+    /// engine, its blocks its own (for [`load_with_namespace`]).
     AsFiles,
 }
 
 /// [`load`], with the image's directories carried as `dirs` says.
 pub fn load_carrying<S: BlockSource>(
-    vol: &Volume<S>,
+    vol: &Ext4Volume<S>,
     configure: impl FnOnce(&mut FsConfig),
     dirs: Directories,
 ) -> Result<Loaded> {

@@ -5,14 +5,13 @@
 use crate::bytes::{le16, le32, lo_hi};
 use crate::checksum::{crc16, crc32c_raw};
 use crate::error::{Ext4Error, Result};
-use crate::superblock::{incompat, ChecksumPolicy, Superblock};
+use crate::superblock::{incompat, ChecksumPolicy, Ext4Superblock};
 
 /// `bg_flags` bits.
 #[allow(missing_docs)] // the kernel's names, one bit each
 pub mod flags {
     pub const INODE_UNINIT: u16 = 0x1;
     pub const BLOCK_UNINIT: u16 = 0x2;
-    pub const ITABLE_ZEROED: u16 = 0x4;
 }
 
 /// One group descriptor, validated against the volume.
@@ -30,7 +29,7 @@ pub struct GroupDesc {
     pub free_inodes: u32,
     /// `bg_used_dirs_count`.
     pub used_dirs: u32,
-    /// `bg_flags` (see [`flags`]).
+    /// `bg_flags` (`INODE_UNINIT` 0x1, `BLOCK_UNINIT` 0x2).
     pub flags: u16,
     /// `bg_itable_unused`: inodes at the end of the table never used.
     pub itable_unused: u32,
@@ -55,7 +54,7 @@ impl GroupDesc {
 /// The block where group `g`'s backup superblock (or, for group 0, the
 /// primary) starts. With 1 KiB blocks and bigalloc, group 0 begins at
 /// block 0, which holds the boot sector; the superblock is block 1.
-fn group_super_block(sb: &Superblock, g: u32) -> u64 {
+fn group_super_block(sb: &Ext4Superblock, g: u32) -> u64 {
     let first = sb.group_first_block(g);
     if first == 0 && sb.block_size == 1024 {
         1
@@ -64,12 +63,12 @@ fn group_super_block(sb: &Superblock, g: u32) -> u64 {
     }
 }
 
-fn meta_bg_layout(sb: &Superblock, g: u32) -> bool {
+fn meta_bg_layout(sb: &Ext4Superblock, g: u32) -> bool {
     sb.has_incompat(incompat::META_BG) && g / sb.descs_per_block() >= sb.first_meta_bg
 }
 
 /// Where group `g`'s descriptor lives: (block, byte offset in it).
-pub fn desc_location(sb: &Superblock, g: u32) -> (u64, usize) {
+pub fn desc_location(sb: &Ext4Superblock, g: u32) -> (u64, usize) {
     let per_block = sb.descs_per_block();
     let index = g / per_block;
     let offset = (g % per_block * sb.desc_size) as usize;
@@ -85,7 +84,7 @@ pub fn desc_location(sb: &Superblock, g: u32) -> (u64, usize) {
 
 /// The blocks at the start of group `g` that hold the superblock backup
 /// and descriptor blocks (plus reserved GDT blocks): `(start, len)`.
-pub fn base_metadata(sb: &Superblock, g: u32) -> Option<(u64, u64)> {
+pub fn base_metadata(sb: &Ext4Superblock, g: u32) -> Option<(u64, u64)> {
     let start = group_super_block(sb, g);
     let has_super = u64::from(sb.has_super(g));
     let descs = if !meta_bg_layout(sb, g) {
@@ -105,7 +104,7 @@ pub fn base_metadata(sb: &Superblock, g: u32) -> Option<(u64, u64)> {
 }
 
 /// Parse descriptor `g` from `raw` (its `desc_size` bytes) and check it.
-pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: ChecksumPolicy) -> Result<GroupDesc> {
+pub fn parse_desc(sb: &Ext4Superblock, g: u32, raw: &[u8], block: u64, policy: ChecksumPolicy) -> Result<GroupDesc> {
     let wide = sb.desc_size >= 64;
     let hi32 = |off: usize| if wide { le32(raw, off) } else { 0 };
     let hi16 = |off: usize| if wide { u32::from(le16(raw, off)) } else { 0 };
@@ -158,7 +157,7 @@ pub fn parse_desc(sb: &Superblock, g: u32, raw: &[u8], block: u64, policy: Check
 /// The 16-bit descriptor checksum: crc32c-based with metadata_csum, crc16
 /// with gdt_csum; either way over the group number and the descriptor with
 /// its checksum field skipped.
-pub fn desc_checksum(sb: &Superblock, g: u32, raw: &[u8]) -> u16 {
+pub fn desc_checksum(sb: &Ext4Superblock, g: u32, raw: &[u8]) -> u16 {
     let group = g.to_le_bytes();
     let size = sb.desc_size as usize;
     if sb.metadata_csum() {

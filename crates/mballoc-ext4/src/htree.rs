@@ -11,9 +11,9 @@
 use crate::bytes::{le16, le32};
 use crate::directory::DirAt;
 use crate::error::{Ext4Error, Result};
-use crate::mapping::Extent;
+use crate::mapping::Ext4Extent;
 use crate::source::BlockSource;
-use crate::volume::Volume;
+use crate::volume::Ext4Volume;
 use mballoc_fs::HashChars;
 
 /// `s_flags` bit: names hash as unsigned bytes.
@@ -59,11 +59,11 @@ impl HashIndex {
     }
 }
 
-impl<S: BlockSource> Volume<S> {
+impl<S: BlockSource> Ext4Volume<S> {
     /// The hash index of indexed directory `dir` (its blocks mapped by
     /// `extents`), or `None` where it is not checked (a hash other than
     /// half-MD4). Index blocks that do not parse are the error.
-    pub(crate) fn hash_index(&self, dir: &DirAt, extents: &[Extent]) -> Result<Option<HashIndex>> {
+    pub(crate) fn hash_index(&self, dir: &DirAt, extents: &[Ext4Extent]) -> Result<Option<HashIndex>> {
         let physical = |logical: u64| {
             extents
                 .iter()

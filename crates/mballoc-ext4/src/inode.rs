@@ -3,7 +3,7 @@
 
 use crate::bytes::{le16, le32, lo_hi};
 use crate::checksum::crc32c_raw;
-use crate::superblock::{ro_compat, Superblock};
+use crate::superblock::{ro_compat, Ext4Superblock};
 
 /// `i_flags` bits the reader looks at.
 #[allow(missing_docs)] // the kernel's names, one bit each
@@ -84,7 +84,7 @@ impl Inode {
     /// Decode `raw` (the on-disk inode, `inode_size` bytes) read from
     /// inode-table block `table_block`. An `i_extra_isize` that runs past
     /// the inode leaves no attribute area (the caller refuses it).
-    pub fn parse(sb: &Superblock, ino: u32, raw: &[u8], table_block: u64) -> Inode {
+    pub fn parse(sb: &Ext4Superblock, ino: u32, raw: &[u8], table_block: u64) -> Inode {
         let big = raw.len() > GOOD_OLD_INODE_SIZE;
         let extra_isize = if big { le16(raw, 0x80) } else { 0 };
         let ibody = raw.get(GOOD_OLD_INODE_SIZE + usize::from(extra_isize)..).unwrap_or(&[]).to_vec();
@@ -146,14 +146,14 @@ impl Inode {
 }
 
 /// The per-inode checksum seed: volume seed, inode number, generation.
-pub fn inode_csum_seed(sb: &Superblock, ino: u32, generation: u32) -> u32 {
+pub fn inode_csum_seed(sb: &Ext4Superblock, ino: u32, generation: u32) -> u32 {
     let c = crc32c_raw(sb.csum_seed, &ino.to_le_bytes());
     crc32c_raw(c, &generation.to_le_bytes())
 }
 
 /// `(stored, computed)` inode checksums, compared at the width stored
 /// (16 bits when the inode has no room for the high half).
-pub fn inode_checksum(sb: &Superblock, ino: u32, raw: &[u8]) -> (u32, u32) {
+pub fn inode_checksum(sb: &Ext4Superblock, ino: u32, raw: &[u8]) -> (u32, u32) {
     let generation = le32(raw, 0x64);
     let seed = inode_csum_seed(sb, ino, generation);
     let size = raw.len();

@@ -10,7 +10,7 @@
 //!  BlockSource (file, memory)
 //!     │ bytes
 //!     ▼
-//!  Superblock ── geometry: block/cluster size, groups, features,
+//!  Ext4Superblock ── geometry: block/cluster size, groups, features,
 //!     │           checksum seed; impossible values refused here
 //!     ▼
 //!  GroupDesc × groups ── 32- or 64-byte, classic or meta_bg placement,
@@ -29,9 +29,9 @@
 //! inode numbers a name may point at, the largest file size): what the
 //! kernel refuses to mount or read is refused here, and nothing else.
 //!
-//! Two walks name the files. [`Volume::walk`] keeps the whole tree (what
+//! Two walks name the files. [`Ext4Volume::walk`] keeps the whole tree (what
 //! building an engine needs) and reads every block at most once.
-//! [`Volume::walk_each`] streams: it hands each path to a visitor as it
+//! [`Ext4Volume::walk_each`] streams: it hands each path to a visitor as it
 //! is reached, reports damage and goes on, and keeps only the current
 //! path, a small frame per directory on it and one directory block of
 //! entries, so memory follows the depth, not the number of files or the
@@ -51,32 +51,39 @@
 //! extents, and everything else in use (directories, the journal, the
 //! inode tables) becomes metadata the engine never touches.
 
-#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod bytes;
-pub mod checksum;
-pub mod directory;
+mod checksum;
+mod directory;
 pub mod engine;
-pub mod error;
-pub mod group;
+mod error;
+mod group;
 mod htree;
-pub mod inode;
-pub mod mapping;
-pub mod namespace;
-pub mod source;
+mod inode;
+mod mapping;
+mod namespace;
+mod source;
 mod sparse_bits;
-pub mod superblock;
-pub mod volume;
-pub mod walk;
+mod superblock;
+mod volume;
+mod walk;
 mod xattr;
 
-pub use directory::{DirEntry, Entry, Tree};
+pub use directory::{Entry, Ext4DirEntry, Tree};
 pub use error::{Ext4Error, Result};
 pub use group::GroupDesc;
-pub use inode::{FileType, Inode, MappingKind};
-pub use mapping::{filefrag_count, Extent, FileMap};
+pub use inode::{iflags, FileType, Inode, MappingKind, ROOT_INO};
+pub use mapping::{filefrag_count, Ext4Extent, FileMap, MAX_EXTENT_DEPTH};
 pub use source::{BlockSource, FileSource, MemSource};
-pub use superblock::{ChecksumPolicy, Superblock};
-pub use volume::Volume;
+pub use superblock::{compat, incompat, ro_compat, ChecksumPolicy, Ext4Superblock};
+pub use volume::Ext4Volume;
 pub use walk::{Claiming, Found, Visit};
+
+/// What the tests need to damage an image on purpose: where a group's
+/// descriptor lies and the raw crc32c a checksum is computed with.
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use crate::checksum::crc32c_raw;
+    pub use crate::group::desc_location;
+}

@@ -15,7 +15,7 @@ use crate::inode::{inode_csum_seed, Inode, MappingKind};
 use crate::source::BlockSource;
 use crate::sparse_bits::SparseBits;
 use crate::superblock::ChecksumPolicy;
-use crate::volume::Volume;
+use crate::volume::Ext4Volume;
 use std::collections::BTreeMap;
 
 const EXTENT_MAGIC: u16 = 0xF30A;
@@ -27,7 +27,7 @@ const NO_LOGICAL_END: u64 = 1 << 32;
 
 /// One data extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extent {
+pub struct Ext4Extent {
     /// First logical block.
     pub logical: u64,
     /// First physical block.
@@ -45,7 +45,7 @@ pub struct FileMap {
     /// How the blocks are mapped.
     pub kind: MappingKind,
     /// Data extents in logical order.
-    pub extents: Vec<Extent>,
+    pub extents: Vec<Ext4Extent>,
     /// Blocks the map itself occupies.
     pub map_blocks: Vec<u64>,
     /// Bytes of data kept in the inode itself (inline data; 0 otherwise).
@@ -160,7 +160,7 @@ struct Walk<'a> {
     claims: &'a mut Claims,
 }
 
-impl<S: BlockSource> Volume<S> {
+impl<S: BlockSource> Ext4Volume<S> {
     /// The block map of `inode`. A block the map reaches twice is an
     /// [`Ext4Error::Overlap`].
     pub fn file_map(&self, inode: &Inode) -> Result<FileMap> {
@@ -262,7 +262,7 @@ impl<S: BlockSource> Volume<S> {
                 }
                 next_lo = logical + u64::from(len);
                 w.claims.claim(physical, u64::from(len), ino)?;
-                w.map.extents.push(Extent { logical, physical, len: u32::from(len), unwritten });
+                w.map.extents.push(Ext4Extent { logical, physical, len: u32::from(len), unwritten });
             }
             return Ok(());
         }
@@ -377,7 +377,7 @@ impl<S: BlockSource> Volume<S> {
 /// Collects single blocks into extents, claiming each.
 struct Runs<'a> {
     ino: u32,
-    extents: &'a mut Vec<Extent>,
+    extents: &'a mut Vec<Ext4Extent>,
     claims: &'a mut Claims,
 }
 
@@ -393,7 +393,7 @@ impl Runs<'_> {
                 return Ok(());
             }
         }
-        self.extents.push(Extent { logical, physical, len: 1, unwritten: false });
+        self.extents.push(Ext4Extent { logical, physical, len: 1, unwritten: false });
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use crate::error::{Ext4Error, Result};
 use crate::inode::{FileType, MappingKind, ROOT_INO};
 use crate::source::BlockSource;
 use crate::superblock::{compat, incompat};
-use crate::volume::Volume;
+use crate::volume::Ext4Volume;
 use mballoc_fs::{DirFormat, DirHash, DirLayout, Ext4Namespace, FileId, FsConfig, HashChars, Record};
 
 /// An engine from an image, with the image's namespace.
@@ -33,8 +33,8 @@ const HALF_MD4: u8 = 1;
 ///
 /// `percpu_batch` is the kernel's `percpu_counter_batch` on the machine
 /// being modelled (`max(32, 2 × online CPUs)`).
-pub fn load<S: BlockSource>(
-    vol: &Volume<S>,
+pub fn load_with_namespace<S: BlockSource>(
+    vol: &Ext4Volume<S>,
     configure: impl FnOnce(&mut FsConfig),
     percpu_batch: u32,
 ) -> Result<WithNamespace> {
@@ -77,7 +77,7 @@ pub fn load<S: BlockSource>(
 }
 
 /// Directory `e`'s records block by block, or why they are not followed.
-fn layout<S: BlockSource>(vol: &Volume<S>, e: &Entry, format: DirFormat) -> std::result::Result<DirLayout, String> {
+fn layout<S: BlockSource>(vol: &Ext4Volume<S>, e: &Entry, format: DirFormat) -> std::result::Result<DirLayout, String> {
     if e.map.kind == MappingKind::Inline {
         return Err("an inline directory".into());
     }

@@ -72,7 +72,7 @@ const KNOWN_INCOMPAT: u32 = incompat::FILETYPE
 
 /// The superblock fields the reader uses, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Superblock {
+pub struct Ext4Superblock {
     /// `s_inodes_count`: inodes on the volume.
     pub inodes_count: u32,
     /// `s_blocks_count`: blocks on the volume.
@@ -150,7 +150,7 @@ pub enum ChecksumPolicy {
     Ignore,
 }
 
-impl Superblock {
+impl Ext4Superblock {
     /// Parse and validate the 1024 superblock bytes.
     pub fn parse(b: &[u8], policy: ChecksumPolicy) -> Result<Self> {
         if b.len() < SUPERBLOCK_SIZE {
@@ -290,7 +290,7 @@ impl Superblock {
         uuid.copy_from_slice(&b[0x68..0x78]);
         let csum_seed =
             if feature_incompat & incompat::CSUM_SEED != 0 { le32(b, 0x270) } else { crc32c_raw(!0, &uuid) };
-        let sb = Superblock {
+        let sb = Ext4Superblock {
             inodes_count,
             blocks_count,
             reserved_blocks_count: lo_hi(le32(b, 0x8), if desc_size >= 64 { le32(b, 0x154) } else { 0 }),

@@ -6,21 +6,21 @@ use crate::error::{Ext4Error, Result};
 use crate::group::{base_metadata, desc_location, parse_desc, GroupDesc};
 use crate::inode::{inode_checksum, Inode};
 use crate::source::BlockSource;
-use crate::superblock::{ChecksumPolicy, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use crate::superblock::{ChecksumPolicy, Ext4Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 
 /// An ext2/3/4 volume opened for reading.
 ///
 /// ```no_run
-/// use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
-/// let vol = Volume::open(FileSource::open("disk.img")?, ChecksumPolicy::Verify)?;
+/// use mballoc_ext4::{ChecksumPolicy, FileSource, Ext4Volume};
+/// let vol = Ext4Volume::open(FileSource::open("disk.img")?, ChecksumPolicy::Verify)?;
 /// let mut free = 0;
 /// vol.for_each_free_run(|_start, len| free += len)?;
 /// println!("{free} free blocks of {}", vol.superblock().blocks_count);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct Volume<S> {
+pub struct Ext4Volume<S> {
     src: S,
-    sb: Superblock,
+    sb: Ext4Superblock,
     groups: Vec<GroupDesc>,
     policy: ChecksumPolicy,
     /// Bitmaps and inode tables of BLOCK_UNINIT groups, sorted: they are
@@ -35,7 +35,7 @@ pub struct Volume<S> {
     system_zone: Vec<(u64, u64, u32)>,
 }
 
-impl<S: BlockSource> Volume<S> {
+impl<S: BlockSource> Ext4Volume<S> {
     /// Read and check the superblock and all group descriptors.
     pub fn open(src: S, policy: ChecksumPolicy) -> Result<Self> {
         let len = src.len();
@@ -44,12 +44,13 @@ impl<S: BlockSource> Volume<S> {
         }
         let mut raw = vec![0u8; SUPERBLOCK_SIZE];
         src.read_at(SUPERBLOCK_OFFSET, &mut raw).map_err(|e| Ext4Error::io("superblock", SUPERBLOCK_OFFSET, e))?;
-        let sb = Superblock::parse(&raw, policy)?;
+        let sb = Ext4Superblock::parse(&raw, policy)?;
         let bytes = sb.blocks_count * u64::from(sb.block_size);
         if len < bytes {
             return Err(Ext4Error::Truncated { what: "the volume's last block", block: sb.blocks_count - 1, len });
         }
-        let mut vol = Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new(), system_zone: Vec::new() };
+        let mut vol =
+            Ext4Volume { src, sb, groups: Vec::new(), policy, uninit_meta: Vec::new(), system_zone: Vec::new() };
         vol.read_descriptors()?;
         vol.protect_journal()?;
         Ok(vol)
@@ -128,7 +129,7 @@ impl<S: BlockSource> Volume<S> {
     }
 
     /// The superblock.
-    pub fn superblock(&self) -> &Superblock {
+    pub fn superblock(&self) -> &Ext4Superblock {
         &self.sb
     }
 

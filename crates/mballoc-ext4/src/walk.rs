@@ -20,14 +20,14 @@
 
 #[cfg(doc)]
 use crate::directory::dir_blocks;
-use crate::directory::{named_error, DirAt, DirEntry};
+use crate::directory::{named_error, DirAt, Ext4DirEntry};
 use crate::error::{Ext4Error, Result};
 use crate::htree::HashIndex;
 use crate::inode::{FileType, Inode, MappingKind, ROOT_INO};
-use crate::mapping::{Claims, Extent, FileMap};
+use crate::mapping::{Claims, Ext4Extent, FileMap};
 use crate::source::BlockSource;
 use crate::sparse_bits::SparseBits;
-use crate::volume::Volume;
+use crate::volume::Ext4Volume;
 
 /// How a streaming walk checks the blocks files claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub struct Found<'a> {
     pub map: &'a FileMap,
 }
 
-/// What [`Volume::walk_each`] hands its visitor.
+/// What [`Ext4Volume::walk_each`] hands its visitor.
 #[derive(Debug)]
 pub enum Visit<'a> {
     /// A path, its inode and its map.
@@ -82,9 +82,9 @@ struct Frame {
 }
 
 enum Entries {
-    Inline(Vec<DirEntry>),
+    Inline(Vec<Ext4DirEntry>),
     Blocks {
-        extents: Box<[Extent]>,
+        extents: Box<[Ext4Extent]>,
         blocks: u64,
         /// The current block: extent `ext`, block `off` in it.
         ext: usize,
@@ -96,10 +96,10 @@ enum Entries {
 /// block they are.
 struct Current {
     key: Option<(usize, usize, u32)>,
-    entries: Vec<DirEntry>,
+    entries: Vec<Ext4DirEntry>,
 }
 
-impl<S: BlockSource> Volume<S> {
+impl<S: BlockSource> Ext4Volume<S> {
     /// Visit every path from the root as it is reached, depth first in
     /// directory order, in memory that does not grow with the number of
     /// files (see the module's notes). Each inode's map is checked as the
@@ -222,7 +222,7 @@ impl<S: BlockSource> Volume<S> {
     /// The next entry of frame `depth` and the logical block holding it,
     /// reading its blocks as needed into `current` (again, when a
     /// subdirectory's listing used it meanwhile).
-    fn next_entry(&self, f: &mut Frame, depth: usize, current: &mut Current) -> Result<Option<(DirEntry, u64)>> {
+    fn next_entry(&self, f: &mut Frame, depth: usize, current: &mut Current) -> Result<Option<(Ext4DirEntry, u64)>> {
         let (extents, blocks, ext, off) = match &mut f.entries {
             Entries::Inline(list) => {
                 let e = list.get(f.entry).cloned();
@@ -255,7 +255,7 @@ impl<S: BlockSource> Volume<S> {
 /// The written block the cursor `(ext, off)` is on, moved past unwritten
 /// extents and ended extents first; `None` past the directory's size.
 /// The same blocks, in the same order, as [`dir_blocks`] gives.
-fn block_at(extents: &[Extent], blocks: u64, ext: &mut usize, off: &mut u32) -> Option<(u64, u64)> {
+fn block_at(extents: &[Ext4Extent], blocks: u64, ext: &mut usize, off: &mut u32) -> Option<(u64, u64)> {
     loop {
         let e = extents.get(*ext)?;
         if e.unwritten || *off >= e.len {

@@ -3,9 +3,9 @@
 //! needed), read into memory, and bytes are flipped at locations the
 //! reader itself computes.
 
-use mballoc_ext4::checksum::crc32c_raw;
-use mballoc_ext4::group::desc_location;
-use mballoc_ext4::{ChecksumPolicy, Ext4Error, MemSource, Volume};
+use mballoc_ext4::testing::crc32c_raw;
+use mballoc_ext4::testing::desc_location;
+use mballoc_ext4::{ChecksumPolicy, Ext4Error, Ext4Volume, MemSource};
 
 struct Image {
     bytes: Vec<u8>,
@@ -27,11 +27,11 @@ fn image(opts: &str) -> Image {
 }
 
 impl Image {
-    fn open(&self, policy: ChecksumPolicy) -> Result<Volume<MemSource>, Ext4Error> {
-        Volume::open(MemSource(self.bytes.clone()), policy)
+    fn open(&self, policy: ChecksumPolicy) -> Result<Ext4Volume<MemSource>, Ext4Error> {
+        Ext4Volume::open(MemSource(self.bytes.clone()), policy)
     }
 
-    fn vol(&self) -> Volume<MemSource> {
+    fn vol(&self) -> Ext4Volume<MemSource> {
         self.open(ChecksumPolicy::Verify).expect("pristine image opens")
     }
 
@@ -324,7 +324,7 @@ fn a_block_reached_twice_is_an_error_before_anything_behind_it_is_read() {
         img.put32((first_ind + k) as usize * bs, first_data);
     }
     let src = Counting { bytes: img.bytes.clone(), reads: std::cell::Cell::new(0) };
-    let vol = Volume::open(src, ChecksumPolicy::Verify).unwrap();
+    let vol = Ext4Volume::open(src, ChecksumPolicy::Verify).unwrap();
     let before = vol.source().reads.get();
     match vol.walk() {
         Err(Ext4Error::Overlap { block, first, second }) => {

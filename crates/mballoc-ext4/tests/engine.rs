@@ -1,7 +1,7 @@
 //! Loading images into the engine: the allocator's free space is the
 //! image's, files keep their extents, and the engine works on from there.
 
-use mballoc_ext4::{engine, ChecksumPolicy, MemSource, Volume};
+use mballoc_ext4::{engine, ChecksumPolicy, Ext4Volume, MemSource};
 use mballoc_fs::{ExtentState, FileId};
 
 fn image(opts: &str, size: &str) -> Option<Vec<u8>> {
@@ -18,7 +18,7 @@ fn image(opts: &str, size: &str) -> Option<Vec<u8>> {
 fn the_engine_starts_from_an_image() {
     for opts in ["-t ext4 -b 4096", "-t ext4 -b 1024", "-t ext3 -b 4096"] {
         let Some(bytes) = image(opts, "64M") else { return };
-        let vol = Volume::open(MemSource(bytes), ChecksumPolicy::Verify).unwrap();
+        let vol = Ext4Volume::open(MemSource(bytes), ChecksumPolicy::Verify).unwrap();
         let mut image_free = 0;
         vol.for_each_free_run(|_, len| image_free += len).unwrap();
         let loaded = engine::load(&vol, |_| {}).unwrap();
@@ -62,7 +62,7 @@ fn the_engine_starts_from_an_image() {
 #[test]
 fn bigalloc_files_load_as_their_clusters() {
     let Some(bytes) = image("-t ext4 -b 4096 -O bigalloc -C 16384", "64M") else { return };
-    let vol = Volume::open(MemSource(bytes), ChecksumPolicy::Verify).unwrap();
+    let vol = Ext4Volume::open(MemSource(bytes), ChecksumPolicy::Verify).unwrap();
     let alloc = engine::allocator(&vol).unwrap();
     let mut free_blocks = 0;
     vol.for_each_free_run(|_, len| free_blocks += len).unwrap();

@@ -82,7 +82,6 @@
 //! [`Concurrency::Legacy`] keeps pending frees under one lock and makes the
 //! allocator block on group locks with a single locked stream goal.
 
-#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod alloc_log;

@@ -22,7 +22,7 @@
 //! before the folios were followed).
 
 use mballoc_lab::backend::BackendKind;
-use mballoc_lab::mount::KernelFs;
+use mballoc_lab::loop_mount::KernelFs;
 use mballoc_lab::report::{Row, ScenarioReport};
 use mballoc_lab::scenarios::{self, Env};
 use mballoc_lab::settings::Settings;

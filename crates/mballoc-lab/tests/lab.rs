@@ -4,7 +4,7 @@
 //! output on the unmounted image.
 
 use mballoc_lab::backend::{BackendKind, Target};
-use mballoc_lab::mount::KernelFs;
+use mballoc_lab::loop_mount::KernelFs;
 use mballoc_lab::report::Report;
 use mballoc_lab::runner;
 use mballoc_lab::scenarios::{self, Env};
@@ -128,7 +128,7 @@ fn freefrag_layout_matches_e2freefrag_on_a_kernel_ext4_image() {
     let ours = t.free_space().unwrap().histogram();
     let image = t.unmount().unwrap();
     let device = image.path().display().to_string();
-    let theirs = mballoc_lab::mount::output(std::process::Command::new("e2freefrag").arg(image.path())).unwrap();
+    let theirs = mballoc_lab::loop_mount::output(std::process::Command::new("e2freefrag").arg(image.path())).unwrap();
     assert_eq!(ours.render(&device), theirs);
 }
 

@@ -50,7 +50,6 @@
 //! which the next mount replays like any crash. SIGUSR1 prints the
 //! per-request counters (`--stats` prints them at unmount).
 
-#![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 mod control;

@@ -6,8 +6,6 @@
 //! and every error an `OSError` carrying its errno and, where the call
 //! took one, the caller's path.
 
-#![warn(missing_docs)]
-
 mod allocator;
 mod file;
 mod lab;

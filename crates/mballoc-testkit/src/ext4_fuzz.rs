@@ -74,9 +74,9 @@ pub fn extent_image(data: &[u8]) -> Option<Vec<u8>> {
 
 /// Read everything the reader can read; errors are expected, panics are bugs.
 pub fn exercise(bytes: Vec<u8>) {
-    use mballoc_ext4::{ChecksumPolicy, MemSource, Volume};
+    use mballoc_ext4::{ChecksumPolicy, Ext4Volume, MemSource};
     for policy in [ChecksumPolicy::Verify, ChecksumPolicy::Ignore] {
-        if let Ok(vol) = Volume::open(MemSource(bytes.clone()), policy) {
+        if let Ok(vol) = Ext4Volume::open(MemSource(bytes.clone()), policy) {
             let _ = vol.for_each_free_run(|_, _| {});
             let _ = vol.walk();
             for claiming in [mballoc_ext4::Claiming::PerFile, mballoc_ext4::Claiming::Volume] {

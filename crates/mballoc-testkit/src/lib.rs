@@ -12,7 +12,6 @@
 //! * With the `ext4-fuzz` feature, `ext4_fuzz` builds the ext4 reader's
 //!   fuzz inputs (the fuzz targets and the regression test share it).
 
-#![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 #[cfg(feature = "ext4-fuzz")]

@@ -97,7 +97,6 @@
 //! in are on one page: ARCHITECTURE.md, *Locking rules*. All of this is
 //! checked when the crate compiles.
 
-#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod acl;

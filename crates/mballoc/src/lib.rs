@@ -120,7 +120,6 @@
 //! # Ok::<(), mballoc::Error>(())
 //! ```
 
-#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 mod allocator;

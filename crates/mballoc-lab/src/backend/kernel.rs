@@ -5,8 +5,8 @@
 use super::syscall::SyscallFiles;
 use super::{AllocCounters, OpError, Target};
 use crate::error::LabError;
+use crate::loop_mount::{KernelFs, Mount};
 use crate::metrics::{FileLayout, FreeSpace, Record};
-use crate::mount::{KernelFs, Mount};
 use crate::sys;
 use crate::workload::Op;
 use std::fs::File;
@@ -32,7 +32,7 @@ impl KernelTarget {
     }
 
     /// Unmount, keeping the image.
-    pub fn unmount(self) -> Result<crate::mount::Image, LabError> {
+    pub fn unmount(self) -> Result<crate::loop_mount::Image, LabError> {
         drop(self.files);
         self.mount.unmount()
     }

@@ -17,8 +17,8 @@ pub use mb_stats::AllocCounters;
 pub use mounted::{start_mount_server, MountCommand, MountedTarget};
 
 use crate::error::LabError;
+use crate::loop_mount::KernelFs;
 use crate::metrics::{FileLayout, FreeSpace};
-use crate::mount::KernelFs;
 use crate::workload::Op;
 use mballoc_fs::FsError;
 use thiserror::Error;

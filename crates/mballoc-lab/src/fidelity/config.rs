@@ -24,7 +24,7 @@
 
 use crate::backend::WriteMode;
 use crate::error::LabError;
-use crate::mount::KernelFs;
+use crate::loop_mount::KernelFs;
 use crate::settings::{Scope, Settings};
 use mballoc_fs::FsConfig;
 

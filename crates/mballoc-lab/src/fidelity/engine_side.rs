@@ -66,11 +66,11 @@ fn cpus_listed(path: &str) -> u32 {
 
 pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> Result<Side, LabError> {
     let src = mballoc_ext4::FileSource::open(image).map_err(|e| LabError::io(image.display().to_string(), e))?;
-    let vol = mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
+    let vol = mballoc_ext4::Ext4Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let base = u64::from(vol.superblock().first_data_block);
     let total_blocks = vol.superblock().blocks_count;
     let mut write_mode = crate::backend::WriteMode::Delalloc;
-    let loaded = mballoc_ext4::namespace::load(
+    let loaded = mballoc_ext4::engine::load_with_namespace(
         &vol,
         |cfg| {
             kernel_profile(cfg, possible_cpus);

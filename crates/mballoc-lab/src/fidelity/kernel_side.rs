@@ -5,7 +5,7 @@
 use super::{merge_runs, Case, Run, Side};
 use crate::error::{Context, LabError};
 use crate::kernel_trace::{device_numbers, Recorder};
-use crate::mount::{Image, KernelFs, Mount};
+use crate::loop_mount::{Image, KernelFs, Mount};
 use crate::sys::{self, FallocMode};
 use crate::workload::{Op, OpKind};
 use std::collections::HashMap;
@@ -141,7 +141,7 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
 /// Free runs of an unmounted image, as e2freefrag reads them.
 pub(super) fn free_runs(image: &Path) -> Result<(Vec<(u64, u64)>, u64), LabError> {
     let src = mballoc_ext4::FileSource::open(image).map_err(|e| LabError::io(image.display().to_string(), e))?;
-    let vol = mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
+    let vol = mballoc_ext4::Ext4Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let mut runs = Vec::new();
     vol.for_each_free_run(|s, l| runs.push((s, l)))?;
     Ok((runs, vol.superblock().blocks_count))

@@ -26,7 +26,7 @@
 use super::config::Ext4Config;
 use crate::error::{Context, LabError};
 use crate::kernel_trace::{device_numbers, Recorder};
-use crate::mount::{output, Image, KernelFs, Mount};
+use crate::loop_mount::{output, Image, KernelFs, Mount};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::Command;

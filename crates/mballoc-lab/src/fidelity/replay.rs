@@ -342,12 +342,12 @@ pub fn replay_file(
         return Err(LabError::Invalid("the trace holds no ext4 allocation events for that device".into()));
     }
     let expanded = match image.extension() {
-        Some(e) if e == "qcow2" => Some(crate::mount::Image::from_qcow2(image)?),
+        Some(e) if e == "qcow2" => Some(crate::loop_mount::Image::from_qcow2(image)?),
         _ => None,
     };
     let image = expanded.as_ref().map_or(image, |i| i.path());
     let src = mballoc_ext4::FileSource::open(image).map_err(|e| LabError::io(image.display().to_string(), e))?;
-    let vol = mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
+    let vol = mballoc_ext4::Ext4Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let base = u64::from(vol.superblock().first_data_block);
     let alloc = mballoc_ext4::engine::allocator(&vol)?;
     if trace.events.iter().any(|e| matches!(e, Event::BuddyLoad { .. })) {

@@ -25,7 +25,7 @@
 use super::{compare, engine_side, in_turn, Agreement, Case, Run, Side};
 use crate::error::{Context, LabError};
 use crate::kernel_trace::KernelTrace;
-use crate::mount::Image;
+use crate::loop_mount::Image;
 use crate::trace::Trace;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ fn read(dir: &Path, name: &str, ext: &str) -> Result<String, LabError> {
 pub(super) fn keep_inputs(case: &Case, image: &Path, dir: &Path) -> Result<(), LabError> {
     std::fs::create_dir_all(dir).map_err(|e| LabError::io(dir.display().to_string(), e))?;
     let img = path_for(dir, &case.name, "img");
-    crate::mount::output(std::process::Command::new("cp").arg("--sparse=always").arg(image).arg(&img))?;
+    crate::loop_mount::output(std::process::Command::new("cp").arg("--sparse=always").arg(image).arg(&img))?;
     let mut text = Vec::new();
     case.trace.write(&mut text).map_err(|e| LabError::io("writing the operations", e))?;
     let p = path_for(dir, &case.name, "ops");
@@ -189,7 +189,7 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
     let total_blocks = {
         let p = image.path();
         let src = mballoc_ext4::FileSource::open(p).map_err(|e| LabError::io(p.display().to_string(), e))?;
-        mballoc_ext4::Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?.superblock().blocks_count
+        mballoc_ext4::Ext4Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?.superblock().blocks_count
     };
     let kernel = Side {
         files,

@@ -1,6 +1,6 @@
 //! Aging as researchers age file systems, on every backend: Geriatrix's
 //! profile-driven creates and deletes, and the git-pull ager, each a
-//! seeded single-stream trace ([`crate::aging`]) run unchanged on the
+//! seeded single-stream trace (the `aging` module) run unchanged on the
 //! engine, ext4, XFS, btrfs and the mount. The layouts that result are
 //! compared by the layout score (Conway et al.), extents per file and the
 //! free space's histogram.

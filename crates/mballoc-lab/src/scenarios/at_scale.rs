@@ -102,7 +102,7 @@ fn one(env: &Env, groups: u32, write_mib: u64, optimize: OptimizeScan) -> Result
 /// periods), then the same write, with `mb_optimize_scan=optimize`.
 fn kernel_row(env: &Env, bytes: u64, write_mib: u64, optimize: &str) -> Result<Row, crate::LabError> {
     use crate::backend::{KernelTarget, Target};
-    use crate::mount::{KernelFs, Mount};
+    use crate::loop_mount::{KernelFs, Mount};
     use crate::workload::{Op, OpKind};
     let bs = 4096u64;
     // Few inodes and lazily zeroed tables: a terabyte's inode tables
@@ -185,7 +185,7 @@ pub fn run(env: &Env) -> ScenarioReport {
         }
     }
     for k in env.kernels() {
-        if k != crate::mount::KernelFs::Ext4 {
+        if k != crate::loop_mount::KernelFs::Ext4 {
             rep.skip(k.name(), "seed 003 is about ext4's allocator");
             continue;
         }

@@ -9,7 +9,7 @@ use super::targets::{engine_with_files, kernel_with_files_mkfs, persistent_volum
 use super::Env;
 use crate::backend::{BackendKind, EngineTarget, Target, VolumeFile, WriteMode};
 use crate::error::{chain, LabError};
-use crate::mount::{KernelFs, Mount};
+use crate::loop_mount::{KernelFs, Mount};
 use crate::report::ScenarioReport;
 use crate::settings::Settings;
 use crate::workload::Workload;

@@ -8,7 +8,7 @@
 
 use super::{for_each_variant, Env, Stats, Variant};
 use crate::error::{Context, LabError};
-use crate::mount::KernelFs;
+use crate::loop_mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
 use mballoc_vol::MountOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

@@ -20,8 +20,8 @@ pub use targets::{
 
 use crate::backend::{BackendKind, OpError, Target};
 use crate::error::{chain, Context, LabError};
+use crate::loop_mount::KernelFs;
 use crate::metrics;
-use crate::mount::KernelFs;
 use crate::report::{Row, ScenarioReport};
 use crate::runner::{self, RunStats};
 use crate::workload::{Op, OpKind, Workload};

@@ -5,7 +5,7 @@
 use super::{for_each_variant, layout_metrics, measure, Env, Stats, Variant};
 use crate::backend::{BackendKind, Target, WriteMode};
 use crate::error::LabError;
-use crate::mount::KernelFs;
+use crate::loop_mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 use mballoc::{AllocRequest, Allocator, Geometry, Tunables};

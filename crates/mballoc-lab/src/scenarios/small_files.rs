@@ -7,7 +7,7 @@
 use super::{fill_and_punch, for_each_variant, layout_metrics, measure, Env, Stats, Variant};
 use crate::backend::{AllocCounters, Target, WriteMode};
 use crate::error::LabError;
-use crate::mount::KernelFs;
+use crate::loop_mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
 

@@ -6,19 +6,19 @@
 
 use crate::backend::{EngineTarget, KernelTarget, VolumeFile, WriteMode};
 use crate::error::{Context, LabError};
-use crate::mount::{KernelFs, Mount};
+use crate::loop_mount::{KernelFs, Mount};
 use crate::workload::Workload;
 use mballoc::Geometry;
-use mballoc_ext4::{ChecksumPolicy, FileSource, Volume};
+use mballoc_ext4::{ChecksumPolicy, Ext4Volume, FileSource};
 use mballoc_fs::{Fs, FsConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Open an ext4 image for reading, checksums verified.
-pub fn open_image(path: &Path) -> Result<Volume<FileSource>, LabError> {
+pub fn open_image(path: &Path) -> Result<Ext4Volume<FileSource>, LabError> {
     let what = || format!("reading {}", path.display());
     let src = FileSource::open(path).map_err(|e| LabError::io(path.display().to_string(), e))?;
-    Volume::open(src, ChecksumPolicy::Verify).context(what())
+    Ext4Volume::open(src, ChecksumPolicy::Verify).context(what())
 }
 
 /// The lab's engine configuration: statistics on, then `tweak`.

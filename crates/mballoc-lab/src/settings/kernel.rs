@@ -7,7 +7,7 @@
 
 use super::{Scope, Settings};
 use crate::error::LabError;
-use crate::mount::{KernelFs, Mount};
+use crate::loop_mount::{KernelFs, Mount};
 
 /// The keys every kernel file system takes.
 pub const KERNEL_KEYS: &[(&str, &str)] = &[

@@ -35,7 +35,7 @@ pub use sweep::{combinations, parse_sweep, SweepMode};
 
 use crate::backend::WriteMode;
 use crate::error::LabError;
-use crate::mount::KernelFs;
+use crate::loop_mount::KernelFs;
 use crate::workload::Interleave;
 use mballoc::Geometry;
 use mballoc_fs::FsConfig;

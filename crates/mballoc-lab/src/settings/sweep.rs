@@ -168,7 +168,7 @@ pub fn points(sweeps: &[Sweep], mode: SweepMode) -> Result<Vec<Point>, LabError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mount::KernelFs;
+    use crate::loop_mount::KernelFs;
 
     fn sweep(s: &str) -> (String, Vec<String>) {
         parse_sweep(s).unwrap()

@@ -248,7 +248,7 @@ impl Workload {
 
     /// The settings of the `[engine]`, `[ext4]`, `[xfs]` and `[btrfs]` tables.
     pub fn settings(&self) -> Result<Settings, WorkloadError> {
-        use crate::mount::KernelFs;
+        use crate::loop_mount::KernelFs;
         Settings::from_tables(&[
             (Scope::Engine, &self.engine),
             (Scope::Kernel(KernelFs::Ext4), &self.ext4),
