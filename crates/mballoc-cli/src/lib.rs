@@ -22,6 +22,7 @@ mod inspect;
 mod kernels_cmd;
 mod lab_settings;
 mod mount;
+mod pace;
 mod plan;
 mod record_cmd;
 mod shell;
@@ -242,9 +243,14 @@ enum LabCmd {
     Run {
         /// Scenario names (see `mballoc lab list`).
         scenarios: Vec<String>,
-        /// Scale sizes down (the whole set in under two minutes).
-        #[arg(long)]
+        /// Scale every scenario down (the whole set in about two minutes).
+        #[arg(long, conflicts_with = "full")]
         quick: bool,
+        /// Every scenario at the seed's size, three times (about 35
+        /// minutes on 2 cores). Without `--quick` or `--full`, each runs
+        /// once at its default scale: full size but for the two largest.
+        #[arg(long)]
+        full: bool,
         /// Start every volume from this ext4 image (the engine loads it,
         /// ext4 mounts a copy; it is never written).
         #[arg(long, value_name = "IMAGE")]
@@ -466,7 +472,7 @@ fn run() -> Result<()> {
             lab_settings::print();
             Ok(())
         }
-        Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, from_image, out } } => {
+        Cmd::Lab { cmd: LabCmd::Run { scenarios: names, quick, full, from_image, out } } => {
             let chosen: Vec<&scenarios::Scenario> = if names.is_empty() {
                 scenarios::ALL.iter().collect()
             } else {
@@ -478,13 +484,19 @@ fn run() -> Result<()> {
                     })
                     .collect::<Result<_>>()?
             };
-            let plan = Plan::new(&out, Settings::default(), &[])?.repeat_by_default(if quick { 1 } else { 3 });
+            let plan = Plan::new(&out, Settings::default(), &[])?.repeat_by_default(if full { 3 } else { 1 });
             let image = from_image.as_deref().map(StartImage::open).transpose()?;
             plan.preflight(image.as_ref().map_or(4096, |i| i.block_size))?;
             let jobs: Vec<Job> = chosen
                 .into_iter()
                 .map(|s| {
                     let run = s.run;
+                    let scale = match (quick, full) {
+                        (true, _) => scenarios::Scale::Quick,
+                        (_, true) => scenarios::Scale::Full,
+                        _ => s.default_scale,
+                    };
+                    let estimate = Some(s.estimate(scale, plan.backend_count()));
                     let image = image.clone();
                     let f: RunScenario = Box::new(move |env: &Env| {
                         let mut r = run(env);
@@ -496,13 +508,18 @@ fn run() -> Result<()> {
                         }
                         r
                     });
-                    (s.name.to_string(), f)
+                    Job { name: s.name.to_string(), run: f, scale, estimate }
                 })
                 .collect();
             if !out.json {
-                println!("mballoc lab (seed {}{})\n", out.seed, if quick { ", quick" } else { "" });
+                let how = match (quick, full) {
+                    (true, _) => ", quick",
+                    (_, true) => ", full size",
+                    _ => "",
+                };
+                println!("mballoc lab (seed {}{how})\n", out.seed);
             }
-            let report = plan.run(&out, quick, image.as_ref(), &jobs)?;
+            let report = plan.run(&out, image.as_ref(), &jobs)?;
             plan::finish(&report, &out)
         }
         Cmd::Lab { cmd: LabCmd::Workload { file, out } } => {
@@ -511,8 +528,13 @@ fn run() -> Result<()> {
             let plan = Plan::new(&out, prepared.settings.clone(), &prepared.sweeps)?;
             plan.preflight(prepared.w.block_size)?;
             let name = prepared.w.name.clone();
-            let jobs: Vec<Job> = vec![(name, Box::new(move |env: &Env| user_workload::run(env, &prepared)))];
-            let report = plan.run(&out, false, None, &jobs)?;
+            let jobs = vec![Job {
+                name,
+                run: Box::new(move |env: &Env| user_workload::run(env, &prepared)),
+                scale: scenarios::Scale::Full,
+                estimate: None,
+            }];
+            let report = plan.run(&out, None, &jobs)?;
             plan::finish(&report, &out)
         }
         Cmd::Lab { cmd: LabCmd::Trace { file, max_ops } } => {

@@ -3,16 +3,24 @@
 //! merged into medians with their samples, and a signal on the way
 //! cleaning up everything the lab made; and where its report is written.
 
+use crate::pace::Pace;
 use crate::Output;
 use anyhow::{bail, Context, Result};
 use mballoc_lab::backend::BackendKind;
 use mballoc_lab::report::{Header, Plot, Report, ScenarioReport};
-use mballoc_lab::scenarios::{Env, StartImage};
+use mballoc_lab::scenarios::{Env, Scale, StartImage};
 use mballoc_lab::settings::sweep::{self, Point};
 use mballoc_lab::settings::{Scope, Settings, SweepMode};
 
-/// A scenario as a run drives it: its name and how to run it once.
-pub type Job = (String, RunScenario);
+/// A scenario as a run drives it: its name, how to run it once, at which
+/// size, and how long one run is expected to take.
+pub struct Job {
+    pub name: String,
+    pub run: RunScenario,
+    pub scale: Scale,
+    /// Seconds for one run, when known (the built-in scenarios).
+    pub estimate: Option<f64>,
+}
 pub type RunScenario = Box<dyn Fn(&Env) -> ScenarioReport>;
 
 /// What a lab run does: the settings over every row, each point of the
@@ -59,6 +67,11 @@ impl Plan {
         })
     }
 
+    /// How many backends the run asks for (`--backends`).
+    pub fn backend_count(&self) -> usize {
+        self.backends.len()
+    }
+
     /// Repeat `n` times unless `--repeat` said otherwise.
     pub fn repeat_by_default(mut self, n: u32) -> Plan {
         if !self.repeat_given {
@@ -96,15 +109,18 @@ impl Plan {
     /// Run every job at every point, `repeat` times, printing each
     /// scenario's table as it finishes (unless `--json`). A signal on the
     /// way unmounts and removes what the lab made.
-    pub fn run(&self, out: &Output, quick: bool, image: Option<&StartImage>, jobs: &[Job]) -> Result<Report> {
+    pub fn run(&self, out: &Output, image: Option<&StartImage>, jobs: &[Job]) -> Result<Report> {
         clean_up_on_signal()?;
         let started = std::time::Instant::now();
         let mut header = Header::now();
         header.commit = env!("MBALLOC_COMMIT").to_string();
         header.command = command_line();
         header.settings = self.settings.describe();
+        let quick = jobs.iter().all(|j| j.scale == Scale::Quick);
         let mut report = Report { seed: out.seed, quick, scenarios: vec![], header };
-        for (k, (name, job)) in jobs.iter().enumerate() {
+        let pace = Pace::new(self.estimates(jobs));
+        pace.announce(self.repeat);
+        for (k, Job { name, run: job, scale, .. }) in jobs.iter().enumerate() {
             let mut merged: Option<ScenarioReport> = None;
             for point in &self.points {
                 let backends = self.backends_at(point);
@@ -114,7 +130,8 @@ impl Plan {
                 let settings = self.settings_at(point)?;
                 let mut runs = Vec::new();
                 for r in 0..self.repeat {
-                    let mut env = Env::new(quick, out.seed, backends.clone()).with_settings(settings.clone());
+                    let mut env =
+                        Env::new(*scale == Scale::Quick, out.seed, backends.clone()).with_settings(settings.clone());
                     env.started = started;
                     env.mount_program = std::env::current_exe().ok();
                     if let Some(img) = image {
@@ -159,7 +176,13 @@ impl Plan {
                     }
                 });
             }
+            pace.done(k);
             let Some(mut r) = merged else { continue };
+            if *scale == Scale::Quick && !quick {
+                r.notes.push(
+                    "ran at quick size, the default for this scenario; `--full` runs it at the seed's size".into(),
+                );
+            }
             self.annotate(&mut r);
             if !out.json {
                 println!("{}", r.text());
@@ -167,6 +190,19 @@ impl Plan {
             report.scenarios.push(r);
         }
         Ok(report)
+    }
+
+    /// Each job's estimated seconds over every point and repeat, where
+    /// known.
+    fn estimates(&self, jobs: &[Job]) -> Vec<Option<f64>> {
+        jobs.iter()
+            .map(|j| {
+                j.estimate.map(|one| {
+                    let points = self.points.iter().filter(|p| !self.backends_at(p).is_empty()).count();
+                    one * (points as u32 * self.repeat) as f64
+                })
+            })
+            .collect()
     }
 
     /// Say what the run's settings were, and plot each column against

@@ -7,35 +7,14 @@
 //! symbolic links); otherwise `mke2fs -d` copies a generated tree in, and
 //! only the free-space report is compared.
 
-use std::path::{Path, PathBuf};
+use mballoc_testkit::Scratch;
+use std::path::Path;
 use std::process::Command;
 
 use mballoc_testkit::{have, is_root, run};
 
 fn mballoc() -> Command {
     Command::new(env!("CARGO_BIN_EXE_mballoc"))
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let dir = base.join(format!("mballoc-inspect-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let mnt = self.0.join("mnt");
-        if mnt.exists() {
-            let _ = Command::new("umount").arg(&mnt).output();
-        }
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Each variant: a name and mkfs options.
@@ -109,15 +88,15 @@ fn inspect_matches_e2freefrag_and_filefrag_on_mkfs_variants() {
     let mut checked = 0;
     let mut uninit_groups = 0;
     for (name, opts) in VARIANTS {
-        let scratch = Scratch::new(name);
-        let img = scratch.0.join("img");
+        let scratch = Scratch::in_memory(name);
+        let img = scratch.join("img");
         let mut mkfs = Command::new("mke2fs");
         mkfs.arg("-q").arg("-F").args(opts.split_whitespace());
         let expected_files = if root {
             // Large enough (and sparse) that mke2fs leaves groups
             // BLOCK_UNINIT, whose bitmaps the reader must compute.
             run(mkfs.arg(&img).arg("1G"));
-            let mnt = scratch.0.join("mnt");
+            let mnt = scratch.join("mnt");
             std::fs::create_dir_all(&mnt).unwrap();
             run(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt));
             let lines = populate_mounted(&mnt);
@@ -125,7 +104,7 @@ fn inspect_matches_e2freefrag_and_filefrag_on_mkfs_variants() {
             std::fs::remove_dir(&mnt).unwrap();
             Some(lines)
         } else {
-            let tree = scratch.0.join("tree");
+            let tree = scratch.join("tree");
             generated_tree(&tree);
             run(mkfs.arg("-d").arg(&tree).arg(&img).arg("96M"));
             None
@@ -156,7 +135,7 @@ fn inspect_matches_e2freefrag_and_filefrag_on_mkfs_variants() {
         if root {
             // The kernel's own mb_groups on a fresh read-only mount (its
             // buddies built from the same bitmaps, no preallocation yet).
-            let mnt = scratch.0.join("mnt");
+            let mnt = scratch.join("mnt");
             std::fs::create_dir_all(&mnt).unwrap();
             run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
             let dev = run(Command::new("findmnt").args(["-n", "-o", "SOURCE"]).arg(&mnt));
@@ -220,8 +199,8 @@ fn inspect_reports_a_corrupt_image_with_a_typed_error() {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("corrupt");
-    let img = scratch.0.join("img");
+    let scratch = Scratch::in_memory("corrupt");
+    let img = scratch.join("img");
     run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096"]).arg(&img).arg("32M"));
     let mut bytes = std::fs::read(&img).unwrap();
     bytes[1024 + 0x38] ^= 0xFF; // the magic
@@ -239,18 +218,18 @@ fn names_are_bytes_and_partitions_take_an_offset() {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("offset");
-    let tree = scratch.0.join("tree");
+    let scratch = Scratch::in_memory("offset");
+    let tree = scratch.join("tree");
     std::fs::create_dir_all(&tree).unwrap();
     // A Latin-1 name: not UTF-8, printed as its bytes, as filefrag does.
     std::fs::write(tree.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), vec![7u8; 5000]).unwrap();
-    let fs = scratch.0.join("fs");
+    let fs = scratch.join("fs");
     run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&fs).arg("16M"));
     let files = mballoc().args(["inspect", "--files"]).arg(&fs).output().unwrap();
     assert!(files.status.success());
     assert!(files.stdout.windows(6).any(|w| w == b"/caf\xe9:"), "{}", String::from_utf8_lossy(&files.stdout));
     // The same file system 1 MiB into an image with a boot sector.
-    let part = scratch.0.join("part");
+    let part = scratch.join("part");
     let mut bytes = vec![0u8; 1 << 20];
     bytes[510..512].copy_from_slice(&[0x55, 0xAA]);
     bytes.extend(std::fs::read(&fs).unwrap());
@@ -263,7 +242,7 @@ fn names_are_bytes_and_partitions_take_an_offset() {
     let by_name =
         mballoc().args(["inspect", "--files"]).arg(format!("{}?offset=1048576", part.display())).output().unwrap();
     assert_eq!(by_name.stdout, files.stdout);
-    let empty = scratch.0.join("empty");
+    let empty = scratch.join("empty");
     std::fs::write(&empty, b"").unwrap();
     let e = mballoc().arg("inspect").arg(&empty).output().unwrap();
     assert!(String::from_utf8_lossy(&e.stderr).contains("the image is empty"));
@@ -275,13 +254,13 @@ fn a_damaged_file_is_reported_and_the_rest_listed() {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("damaged");
-    let tree = scratch.0.join("tree");
+    let scratch = Scratch::in_memory("damaged");
+    let tree = scratch.join("tree");
     std::fs::create_dir_all(tree.join("sub")).unwrap();
     std::fs::write(tree.join("good"), b"good").unwrap();
     std::fs::write(tree.join("bad"), vec![1u8; 20_000]).unwrap();
     std::fs::write(tree.join("sub/deep"), b"x").unwrap();
-    let img = scratch.0.join("img");
+    let img = scratch.join("img");
     run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg("16M"));
     // The extent header's magic gone (debugfs keeps the checksum valid).
     run(Command::new("debugfs").args(["-w", "-R", "sif /bad block[0] 0"]).arg(&img));
@@ -317,12 +296,12 @@ fn inodes_the_kernel_refuses_are_refused() {
         ("the inline-data flag without the feature", "flags 0x10000000"),
     ];
     for (what, field) in cases {
-        let scratch = Scratch::new("refused");
-        let tree = scratch.0.join("tree");
+        let scratch = Scratch::in_memory("refused");
+        let tree = scratch.join("tree");
         std::fs::create_dir_all(&tree).unwrap();
         std::fs::write(tree.join("good"), b"good").unwrap();
         std::fs::write(tree.join("bad"), vec![1u8; 20_000]).unwrap();
-        let img = scratch.0.join("img");
+        let img = scratch.join("img");
         run(Command::new("mke2fs")
             .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-I", "256", "-d"])
             .arg(&tree)
@@ -346,7 +325,7 @@ fn inodes_the_kernel_refuses_are_refused() {
             eprintln!("skipped: the kernel's verdict on {what} needs root (a loop mount)");
             continue;
         }
-        let mnt = scratch.0.join("mnt");
+        let mnt = scratch.join("mnt");
         std::fs::create_dir_all(&mnt).unwrap();
         run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
         let kernel_bad = std::fs::read(mnt.join("bad"));
@@ -365,11 +344,11 @@ fn counters_the_kernel_tolerates_are_tolerated() {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("counters");
-    let tree = scratch.0.join("tree");
+    let scratch = Scratch::in_memory("counters");
+    let tree = scratch.join("tree");
     std::fs::create_dir_all(&tree).unwrap();
     std::fs::write(tree.join("good"), b"good").unwrap();
-    let img = scratch.0.join("img");
+    let img = scratch.join("img");
     run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096", "-d"]).arg(&tree).arg(&img).arg("16M"));
     for set in ["set_bg 0 itable_unused 60000", "set_bg 0 free_blocks_count 60000", "set_bg 0 checksum calc"] {
         run(Command::new("debugfs").args(["-w", "-R", set]).arg(&img));
@@ -388,7 +367,7 @@ fn counters_the_kernel_tolerates_are_tolerated() {
         eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
         return;
     }
-    let mnt = scratch.0.join("mnt");
+    let mnt = scratch.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     run(Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt));
     let read = std::fs::read(mnt.join("good"));
@@ -406,8 +385,8 @@ fn combined_reports_come_in_the_order_asked() {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("order");
-    let img = scratch.0.join("img");
+    let scratch = Scratch::in_memory("order");
+    let img = scratch.join("img");
     run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096"]).arg(&img).arg("16M"));
     let a = run(mballoc().arg("inspect").arg(&img).args(["--groups", "--freefrag"]));
     let b = run(mballoc().arg("inspect").arg(&img).args(["--freefrag", "--groups"]));
@@ -423,8 +402,8 @@ fn a_first_inode_among_the_reserved_ones_is_refused() {
         eprintln!("skipped: e2fsprogs not installed");
         return;
     }
-    let scratch = Scratch::new("first-ino");
-    let img = scratch.0.join("img");
+    let scratch = Scratch::in_memory("first-ino");
+    let img = scratch.join("img");
     run(Command::new("mke2fs").args(["-q", "-F", "-t", "ext4", "-b", "4096"]).arg(&img).arg("16M"));
     run(Command::new("debugfs").args(["-w", "-R", "ssv first_ino 5"]).arg(&img));
     let out = mballoc().args(["inspect", "--files"]).arg(&img).output().unwrap();
@@ -434,7 +413,7 @@ fn a_first_inode_among_the_reserved_ones_is_refused() {
         eprintln!("skipped: the kernel's verdict needs root (a loop mount)");
         return;
     }
-    let mnt = scratch.0.join("mnt");
+    let mnt = scratch.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let mounted = Command::new("mount").args(["-o", "loop,ro"]).arg(&img).arg(&mnt).output().unwrap();
     if mounted.status.success() {

@@ -35,34 +35,25 @@ fn have(program: &str) -> bool {
 }
 
 /// A fresh directory with a volume file and a mount point.
-struct Scratch {
-    dir: PathBuf,
-}
+/// A volume made by `mballoc mkfs` in a scratch directory, and where it
+/// mounts; the directory's drop unmounts whatever a failed test left.
+struct Scratch(mballoc_testkit::Scratch);
 
 impl Scratch {
     fn new(name: &str, size: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("mballoc-mount-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("mnt")).unwrap();
-        run(&["mkfs", dir.join("vol").to_str().unwrap(), "--size", size]);
-        Scratch { dir }
+        let s = mballoc_testkit::Scratch::new(name);
+        s.mount_point();
+        run(&["mkfs", s.join("vol").to_str().unwrap(), "--size", size]);
+        Scratch(s)
     }
     fn vol(&self) -> String {
-        self.dir.join("vol").display().to_string()
+        self.0.join("vol").display().to_string()
     }
     fn mnt(&self) -> PathBuf {
-        self.dir.join("mnt")
+        self.0.join("mnt")
     }
     fn m(&self) -> String {
         self.mnt().display().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // Whatever a failed test left mounted.
-        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(self.mnt()).stderr(Stdio::null()).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -185,7 +176,7 @@ fn fallocate2_runs_on_a_mount() {
     // Rust here either way.
     let anchors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/anchors/fallocate2.c");
     if anchors.exists() && have("gcc") {
-        let exe = s.dir.join("fallocate2");
+        let exe = s.0.join("fallocate2");
         let built = Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&anchors).status().unwrap();
         assert!(built.success());
         let out = Command::new(&exe).arg(s.mnt()).args(["2", "2"]).output().unwrap();

@@ -104,6 +104,7 @@ mod ranges;
 mod settings;
 mod space;
 mod view;
+mod violation;
 
 pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
@@ -129,6 +130,7 @@ pub use page_cache::PageCache;
 pub use ranges::RangeSet;
 pub use settings::{setting, Part, Setting, SETTINGS};
 pub use view::{AllocatorView, FsView};
+pub use violation::{Counter, Owner, Violation};
 
 // Thread safety, checked when the crate compiles: an `Fs` is shared by
 // every thread that writes files (each call takes the locks it needs).

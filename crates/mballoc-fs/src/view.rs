@@ -97,7 +97,7 @@ impl<'a> FsView<'a> {
     }
 
     /// Every invariant of the engine, checked.
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub fn check(&self) -> std::result::Result<(), crate::Violation> {
         self.0.check()
     }
 }

@@ -6,7 +6,6 @@
 use crate::error::LabError;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A kernel file system the lab can run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +65,9 @@ impl KernelFs {
 /// An image file in /dev/shm, deleted on drop.
 pub struct Image {
     path: PathBuf,
+    /// Removes the file on drop (and made it: exclusively, under a name no
+    /// other run holds).
+    _file: tempfile::TempPath,
     _guard: crate::cleanup::Guard,
 }
 
@@ -80,7 +82,7 @@ impl Image {
     /// (a later `-O` or `-E` adds to or overrides an earlier one).
     pub fn make_with(fs: KernelFs, bytes: u64, block_size: u32, extra: &[String]) -> Result<Image, LabError> {
         let bytes = bytes.max(fs.min_bytes());
-        let image = Mount::new_image(fs);
+        let image = Mount::new_image(fs)?;
         let io = |e| LabError::io(image.path.display().to_string(), e);
         let file = std::fs::File::create(&image.path).map_err(io)?;
         file.set_len(bytes).map_err(io)?;
@@ -92,7 +94,7 @@ impl Image {
     /// A sparse copy of the image at `source` in /dev/shm (the original is
     /// never written).
     pub fn copy_of(source: &Path) -> Result<Image, LabError> {
-        let image = Mount::new_image(KernelFs::Ext4);
+        let image = Mount::new_image(KernelFs::Ext4)?;
         run(Command::new("cp").arg("--sparse=always").arg(source).arg(&image.path))?;
         Ok(image)
     }
@@ -100,7 +102,7 @@ impl Image {
     /// An image expanded from an `e2image -Q` (QCOW2) file, by
     /// `e2image -r`.
     pub fn from_qcow2(source: &Path) -> Result<Image, LabError> {
-        let image = Mount::new_image(KernelFs::Ext4);
+        let image = Mount::new_image(KernelFs::Ext4)?;
         run(Command::new("e2image").arg("-r").arg(source).arg(&image.path))?;
         Ok(image)
     }
@@ -108,12 +110,6 @@ impl Image {
     /// The image file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -147,8 +143,6 @@ pub fn output(c: &mut Command) -> Result<String, LabError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
 impl Mount {
     /// Make and mount a `bytes`-sized file system of kind `fs` with
     /// `options` (as `mount -o`). The error is the one-line reason the
@@ -179,19 +173,25 @@ impl Mount {
         if !crate::sys::is_root() {
             return Err(LabError::Unavailable("needs root for loop mounts".into()));
         }
-        let image = Self::new_image(KernelFs::Ext4);
+        let image = Self::new_image(KernelFs::Ext4)?;
         run(Command::new("cp").arg("--sparse=always").arg(source).arg(&image.path))?;
         let bytes =
             std::fs::metadata(&image.path).map_err(|e| LabError::io(image.path.display().to_string(), e))?.len();
         Self::attach(KernelFs::Ext4, image, bytes, options)
     }
 
-    /// A fresh image name in /dev/shm.
-    fn new_image(fs: KernelFs) -> Image {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = PathBuf::from(format!("/dev/shm/mballoc-lab-{}-{}-{n}.img", fs.name(), std::process::id()));
+    /// A fresh, empty image file in /dev/shm. Registered for clean-up
+    /// too: a signal ends the process without running drops.
+    fn new_image(fs: KernelFs) -> Result<Image, LabError> {
+        let file = tempfile::Builder::new()
+            .prefix(&format!("mballoc-lab-{}-", fs.name()))
+            .suffix(".img")
+            .tempfile_in("/dev/shm")
+            .map_err(|e| LabError::io("/dev/shm", e))?
+            .into_temp_path();
+        let path = file.to_path_buf();
         let guard = crate::cleanup::register(crate::cleanup::Resource::File(path.clone()));
-        Image { path, _guard: guard }
+        Ok(Image { path, _file: file, _guard: guard })
     }
 
     fn attach(fs: KernelFs, image: Image, bytes: u64, options: &str) -> Result<Mount, LabError> {

@@ -11,7 +11,7 @@
 use mballoc_mount::{MountArgs, MountConfig};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn ready() -> Result<(), String> {
@@ -42,15 +42,6 @@ fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     }
 }
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(self.0.join("mnt")).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn serve(vol: &Path, mnt: &Path) -> std::thread::JoinHandle<anyhow::Result<()>> {
     let args = MountArgs { volume: vol.to_path_buf(), dir: mnt.to_path_buf(), config: MountConfig::default() };
     let server = std::thread::spawn(move || mballoc_mount::serve(&args));
@@ -69,10 +60,8 @@ fn a_bug_in_one_request_stops_changes_and_keeps_the_mount_and_what_was_committed
         eprintln!("skipped a_bug_in_one_request_stops_changes_and_keeps_the_mount_and_what_was_committed: {why}");
         return;
     }
-    let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    let s = Scratch(base.join(format!("mballoc-bug-{}", std::process::id())));
-    std::fs::create_dir_all(s.0.join("mnt")).unwrap();
-    let (vol, mnt) = (s.0.join("vol"), s.0.join("mnt"));
+    let s = mballoc_testkit::Scratch::in_memory("bug");
+    let (vol, mnt) = (s.join("vol"), s.mount_point());
     mballoc_vol::mkfs(&vol, Some(256 << 20), &Default::default(), mballoc_vol::Overwrite::Refuse).unwrap();
 
     let server = serve(&vol, &mnt);

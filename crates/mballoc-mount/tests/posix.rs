@@ -11,7 +11,8 @@
 //! python3; skipped with one line otherwise.
 
 use mballoc_mount::{MountArgs, MountConfig};
-use std::path::{Path, PathBuf};
+use mballoc_testkit::Scratch;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,27 +31,6 @@ fn ready() -> Result<(), String> {
     Ok(())
 }
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let d = base.join(format!("mballoc-posix-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(d.join("mnt")).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let mnt = self.0.join("mnt");
-        let _ = Command::new("umount").arg(&mnt).stderr(Stdio::null()).status();
-        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&mnt).stderr(Stdio::null()).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn run_checks(dir: &Path) -> Vec<String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/posix_checks.py");
     let out = Command::new("python3").arg(script).arg(dir).output().expect("python3 runs");
@@ -59,12 +39,12 @@ fn run_checks(dir: &Path) -> Vec<String> {
 }
 
 fn on_ext4() -> Vec<String> {
-    let s = Scratch::new("ext4");
-    let img = s.0.join("ext4.img");
+    let s = Scratch::in_memory("ext4");
+    let img = s.join("ext4.img");
     std::fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
     let ok = Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).status().unwrap().success();
     assert!(ok, "mkfs.ext4");
-    let mnt = s.0.join("mnt");
+    let mnt = s.mount_point();
     // ext4's defaults: device nodes open, set-user-ID bits count, as on a
     // mount root makes.
     let ok = Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt).status().unwrap().success();
@@ -75,11 +55,11 @@ fn on_ext4() -> Vec<String> {
 }
 
 fn on_mballoc() -> Vec<String> {
-    let s = Scratch::new("mballoc");
-    let vol = s.0.join("vol");
+    let s = Scratch::in_memory("mballoc");
+    let vol = s.join("vol");
     let opts = mballoc_vol::FormatOptions::default();
     mballoc_vol::mkfs(&vol, Some(512 << 20), &opts, mballoc_vol::Overwrite::Refuse).unwrap();
-    let mnt = s.0.join("mnt");
+    let mnt = s.mount_point();
     let args = MountArgs { volume: vol.clone(), dir: mnt.clone(), config: MountConfig::default() };
     let server = std::thread::spawn(move || mballoc_mount::serve(&args));
     let t0 = Instant::now();

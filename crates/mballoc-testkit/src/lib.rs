@@ -20,7 +20,7 @@ pub mod ext4_fuzz;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The seed for a randomized test: `MBALLOC_SEED` or a fresh one, printed
@@ -75,18 +75,40 @@ pub fn run(c: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-/// A fresh directory under the temporary directory, removed on drop.
+/// A fresh directory, removed on drop; a file system mounted on its
+/// `mnt` (see [`Scratch::mount_point`]) is unmounted first, so a failed
+/// test leaves no mount behind.
 pub struct Scratch(PathBuf);
 
 impl Scratch {
-    /// A new, empty directory whose name starts with `name`.
+    /// A new, empty directory under the temporary directory whose name
+    /// starts with `name`.
     pub fn new(name: &str) -> Scratch {
+        Scratch::under(&std::env::temp_dir(), name)
+    }
+
+    /// As [`Scratch::new`], in /dev/shm where there is one: images there
+    /// cost no disk I/O (and a loop device over tmpfs works).
+    pub fn in_memory(name: &str) -> Scratch {
+        let shm = Path::new("/dev/shm");
+        Scratch::under(if shm.is_dir() { shm } else { Path::new("/tmp") }, name)
+    }
+
+    fn under(base: &Path, name: &str) -> Scratch {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("mballoc-test-{name}-{}-{n}", std::process::id()));
+        let dir = base.join(format!("mballoc-test-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         Scratch(dir)
+    }
+
+    /// `mnt` inside it, created: where a test mounts, and what drop
+    /// unmounts.
+    pub fn mount_point(&self) -> PathBuf {
+        let mnt = self.0.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap_or_else(|e| panic!("{}: {e}", mnt.display()));
+        mnt
     }
 
     /// The directory.
@@ -102,6 +124,16 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        let mnt = self.0.join("mnt");
+        if mnt.is_dir() {
+            // Lazily: a server or a loop device may still hold it; a FUSE
+            // mount whose server is gone needs fusermount3.
+            let quiet = |c: &mut Command| {
+                let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
+            };
+            quiet(Command::new("umount").arg("-l").arg(&mnt));
+            quiet(Command::new("fusermount3").args(["-u", "-z"]).arg(&mnt));
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }

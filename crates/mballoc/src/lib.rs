@@ -159,6 +159,7 @@ pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPoli
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
 pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, Tunables};
+pub use verify::Violation;
 
 // Thread safety, checked when the crate compiles: an `Allocator` is shared
 // by every allocating thread (`&Allocator` is all a request needs), and

@@ -191,7 +191,7 @@ fn step(a: &Allocator, m: &mut Model, op: &Op) -> Result<(), TestCaseError> {
             a.set_tunables(t).unwrap();
         }
     }
-    a.check_consistency().map_err(TestCaseError::fail)?;
+    a.check_consistency().map_err(|v| TestCaseError::fail(v.to_string()))?;
     prop_assert_eq!(a.free_blocks() + m.used(), m.total, "free + live + reserved != total");
     Ok(())
 }

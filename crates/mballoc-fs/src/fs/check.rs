@@ -1,6 +1,7 @@
 //! The checker: every invariant the engine promises, verified from scratch.
 
 use super::{FileNode, Fs};
+use crate::violation::{Counter, Owner, Violation};
 use std::sync::Arc;
 
 /// The checker: every invariant the engine promises, verified from scratch.
@@ -11,23 +12,23 @@ impl Fs {
     /// preallocations never cover mapped blocks; and the allocator's own
     /// invariants. Meant for tests and `check`; call it when no other thread
     /// is inside the engine.
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub fn check(&self) -> std::result::Result<(), Violation> {
         self.alloc.check_consistency()?;
         let flying = self.windows_in_flight();
         if flying != 0 {
-            return Err(format!("{flying} preallocation windows in flight with no thread inside the engine"));
+            return Err(Violation::WindowsInFlight(flying));
         }
         let total = self.alloc.geometry().total_blocks();
         let mut owned = vec![0u64; total.div_ceil(64) as usize];
         let mut count = 0u64;
-        let mut mark = |s: u64, len: u64, what: &str| -> std::result::Result<(), String> {
+        let mut mark = |s: u64, len: u64, owner: Owner| -> std::result::Result<(), Violation> {
             if s.checked_add(len).is_none_or(|e| e > total) {
-                return Err(format!("{what} [{s}, +{len}) outside the volume"));
+                return Err(Violation::OutsideVolume { owner, start: s, len });
             }
             for b in s..s + len {
                 let (w, bit) = ((b / 64) as usize, b % 64);
                 if owned[w] & (1 << bit) != 0 {
-                    return Err(format!("block {b} owned twice (second owner: {what})"));
+                    return Err(Violation::OwnedTwice { block: b, second: owner });
                 }
                 owned[w] |= 1 << bit;
             }
@@ -41,14 +42,14 @@ impl Fs {
         for (id, node) in nodes {
             let ino = node.inode.lock();
             for e in ino.map.iter() {
-                mark(e.physical, e.len.into(), &format!("inode {id} extent at logical {}", e.logical))?;
+                mark(e.physical, e.len.into(), Owner::Extent { file: id, logical: e.logical })?;
             }
             for b in ino.tree.iter().flat_map(|t| t.blocks()) {
-                mark(b >> self.cluster_bits, 1, &format!("inode {id} extent-tree block"))?;
+                mark(b >> self.cluster_bits, 1, Owner::TreeBlock { file: id })?;
             }
             for (s, e) in ino.delayed.iter() {
                 if !ino.map.overlapping(s, e).is_empty() {
-                    return Err(format!("inode {id}: delayed run [{s}, {e}) is mapped"));
+                    return Err(Violation::Mapped { file: id, what: "delayed run", start: s, end: e });
                 }
             }
             self.check_ext4_blocks(id, &ino)?;
@@ -57,22 +58,22 @@ impl Fs {
             for pa in node.pas.lock().iter() {
                 for (s, e) in pa.unused.iter() {
                     if !ino.map.overlapping(s, e).is_empty() {
-                        return Err(format!("inode {id}: preallocated logical [{s}, {e}) is mapped"));
+                        return Err(Violation::Mapped { file: id, what: "preallocated logical", start: s, end: e });
                     }
-                    mark(pa.physical_of(s), e - s, &format!("inode {id} preallocation"))?;
+                    mark(pa.physical_of(s), e - s, Owner::Preallocation { file: id })?;
                 }
                 pa_free += pa.unused.len();
             }
         }
         for lg in &self.lgs {
             for r in lg.lock().iter() {
-                mark(r.pstart, r.free.into(), "locality-group run")?;
+                mark(r.pstart, r.free.into(), Owner::LocalityGroupRun)?;
                 pa_free += u64::from(r.free);
             }
         }
         let mut pending = 0;
         for (s, len) in self.deferred_frees.pending_ranges() {
-            mark(s, len, "pending free")?;
+            mark(s, len, Owner::PendingFree)?;
             pending += len;
         }
         let mut owned_free = None;
@@ -82,31 +83,21 @@ impl Fs {
             }
         });
         if let Some(b) = owned_free {
-            return Err(format!("block {b} has an owner but is free in the allocator"));
+            return Err(Violation::OwnedButFree(b));
         }
         let used = total - self.alloc.free_blocks();
-        if count + self.metadata_blocks != used {
-            return Err(format!("owned {count} + metadata {} != allocator used {used}", self.metadata_blocks));
-        }
-        if pa_free != self.preallocated_blocks() {
-            return Err(format!("preallocated counter {} != {pa_free}", self.preallocated_blocks()));
-        }
-        if pending != self.pending_free_blocks() {
-            return Err(format!("pending counter {} != {pending}", self.pending_free_blocks()));
-        }
-        if reserved != self.space.reserved() {
-            return Err(format!("reserved counter {} != delayed blocks {reserved}", self.space.reserved()));
-        }
-        if dirty != self.dirty_blocks() {
-            return Err(format!("dirty counter {} != {dirty}", self.dirty_blocks()));
-        }
         let backing = self.alloc.free_blocks() + pa_free + pending;
-        if self.space.claimable() + reserved != backing {
-            return Err(format!(
-                "claimable {} + reserved {reserved} != free {} + preallocated {pa_free} + pending {pending}",
-                self.space.claimable(),
-                self.alloc.free_blocks()
-            ));
+        for (counter, kept, counted) in [
+            (Counter::Used, used, count + self.metadata_blocks),
+            (Counter::Preallocated, self.preallocated_blocks(), pa_free),
+            (Counter::PendingFree, self.pending_free_blocks(), pending),
+            (Counter::Reserved, self.space.reserved(), reserved),
+            (Counter::Dirty, self.dirty_blocks(), dirty),
+            (Counter::Claimable, self.space.claimable() + reserved, backing),
+        ] {
+            if kept != counted {
+                return Err(Violation::Count { counter, kept, counted });
+            }
         }
         Ok(())
     }

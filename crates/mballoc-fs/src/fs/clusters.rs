@@ -29,6 +29,7 @@ use crate::extent_map::ExtentState;
 use crate::extent_map::{ExtentMap, MappedExtent};
 use crate::normalize::{Neighbours, RequestShape, Window, WindowGeometry};
 use crate::ranges::RangeSet;
+use crate::violation::Violation;
 use crate::FileId;
 
 /// A bigalloc file's blocks, in ext4 blocks: which it was given (written
@@ -316,14 +317,14 @@ impl Fs {
     /// the tree maps only blocks the file was given, unwritten ones among
     /// them, and every block given lies in a cluster the file holds or
     /// has delayed (for [`Fs::check`]).
-    pub(super) fn check_ext4_blocks(&self, id: u64, ino: &Inode) -> std::result::Result<(), String> {
+    pub(super) fn check_ext4_blocks(&self, id: u64, ino: &Inode) -> std::result::Result<(), Violation> {
         let cb = self.cluster_bits;
         let Some(b) = ino.ext4.as_deref() else { return Ok(()) };
         let within = |inner: &RangeSet, outer: &RangeSet, what: &str| match inner
             .iter()
             .find(|&(s, e)| outer.count_in(s, e) != e - s)
         {
-            Some((s, e)) => Err(format!("inode {id}: {what} [{s}, {e}) outside their set")),
+            Some((s, e)) => Err(Violation::Clusters { file: id, what: format!("{what} [{s}, {e}) outside their set") }),
             None => Ok(()),
         };
         within(&b.mapped, &b.given, "mapped blocks")?;
@@ -332,9 +333,10 @@ impl Fs {
         for (s, e) in b.given.iter() {
             for c in (s >> cb)..e.div_ceil(1 << cb) {
                 if ino.map.find(c).is_none() && !ino.delayed.contains(c) {
-                    return Err(format!(
-                        "inode {id}: cluster {c} holds given blocks but is neither mapped nor delayed"
-                    ));
+                    return Err(Violation::Clusters {
+                        file: id,
+                        what: format!("cluster {c} holds given blocks but is neither mapped nor delayed"),
+                    });
                 }
             }
         }

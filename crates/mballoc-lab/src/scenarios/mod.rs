@@ -190,6 +190,15 @@ impl Env {
     }
 }
 
+/// How big a scenario runs: its sizes scaled down, or the seed's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// Scaled down (`--quick`): the same tables, smaller volumes and runs.
+    Quick,
+    /// The sizes the seed's figures were measured at.
+    Full,
+}
+
 /// A scenario of the lab.
 pub struct Scenario {
     /// Name on the command line.
@@ -198,20 +207,113 @@ pub struct Scenario {
     pub about: &'static str,
     /// Runs it.
     pub run: fn(&Env) -> ScenarioReport,
+    /// The size `lab run` gives it when neither `--quick` nor `--full` is
+    /// asked for: full wherever the whole default run still fits in ten
+    /// minutes on two cores.
+    pub default_scale: Scale,
+    /// Seconds one run took on a 2-core machine with the default backends
+    /// (engine, ext4, XFS, btrfs), at quick size and at full size: what a
+    /// run's plan estimates from.
+    pub seconds: Seconds,
 }
 
-/// Every scenario, in run order.
+/// A scenario's measured run time at each size.
+#[derive(Debug, Clone, Copy)]
+pub struct Seconds {
+    /// At [`Scale::Quick`].
+    pub quick: f64,
+    /// At [`Scale::Full`].
+    pub full: f64,
+}
+
+impl Scenario {
+    /// Estimated seconds for one run at `size` on `backends` backends: the
+    /// measured time, scaled by the share of the four default backends
+    /// that run (an estimate, corrected by the run's own pace as it goes).
+    pub fn estimate(&self, scale: Scale, backends: usize) -> f64 {
+        let at = match scale {
+            Scale::Quick => self.seconds.quick,
+            Scale::Full => self.seconds.full,
+        };
+        at * backends.clamp(1, 4) as f64 / 4.0
+    }
+}
+
+/// Every scenario, in run order. The seconds are one run of each with
+/// `mballoc lab run --quick` and `mballoc lab run --full --repeat 1` on a
+/// 2-core machine, as root (every backend); the default run (full size
+/// but for `aged-at-scale` and `aging`) comes to about 8 minutes there.
 pub const ALL: &[Scenario] = &[
-    Scenario { name: "fallocate2", about: fallocate2::ABOUT, run: fallocate2::run },
-    Scenario { name: "fio-falloc", about: fio_falloc::ABOUT, run: fio_falloc::run },
-    Scenario { name: "small-files-fragmented", about: small_files::ABOUT, run: small_files::run },
-    Scenario { name: "multiblock-cost", about: multiblock::ABOUT, run: multiblock::run },
-    Scenario { name: "aged", about: aged::ABOUT, run: aged::run },
-    Scenario { name: "aged-at-scale", about: at_scale::ABOUT, run: at_scale::run },
-    Scenario { name: "aging", about: aging::ABOUT, run: aging::run },
-    Scenario { name: "folio-write", about: folio_write::ABOUT, run: folio_write::run },
-    Scenario { name: "fallocate2-core", about: core::FALLOCATE2_ABOUT, run: core::run_fallocate2 },
-    Scenario { name: "fragmented-core", about: core::FRAGMENTED_ABOUT, run: core::run_fragmented },
+    Scenario {
+        name: "fallocate2",
+        about: fallocate2::ABOUT,
+        run: fallocate2::run,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 11.2, full: 72.0 },
+    },
+    Scenario {
+        name: "fio-falloc",
+        about: fio_falloc::ABOUT,
+        run: fio_falloc::run,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 3.2, full: 40.0 },
+    },
+    Scenario {
+        name: "small-files-fragmented",
+        about: small_files::ABOUT,
+        run: small_files::run,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 1.0, full: 16.0 },
+    },
+    Scenario {
+        name: "multiblock-cost",
+        about: multiblock::ABOUT,
+        run: multiblock::run,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 1.9, full: 8.0 },
+    },
+    Scenario {
+        name: "aged",
+        about: aged::ABOUT,
+        run: aged::run,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 5.9, full: 72.0 },
+    },
+    Scenario {
+        name: "aged-at-scale",
+        about: at_scale::ABOUT,
+        run: at_scale::run,
+        default_scale: Scale::Quick,
+        seconds: Seconds { quick: 1.7, full: 195.0 },
+    },
+    Scenario {
+        name: "aging",
+        about: aging::ABOUT,
+        run: aging::run,
+        default_scale: Scale::Quick,
+        seconds: Seconds { quick: 7.6, full: 263.0 },
+    },
+    Scenario {
+        name: "folio-write",
+        about: folio_write::ABOUT,
+        run: folio_write::run,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 1.6, full: 209.0 },
+    },
+    Scenario {
+        name: "fallocate2-core",
+        about: core::FALLOCATE2_ABOUT,
+        run: core::run_fallocate2,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 2.6, full: 16.0 },
+    },
+    Scenario {
+        name: "fragmented-core",
+        about: core::FRAGMENTED_ABOUT,
+        run: core::run_fragmented,
+        default_scale: Scale::Full,
+        seconds: Seconds { quick: 0.3, full: 21.0 },
+    },
 ];
 
 /// Find a scenario by name.
