@@ -24,7 +24,7 @@ pub fn prepare(text: &str) -> Result<Prepared> {
         let t = Trace::parse(text)?;
         let w = Workload {
             name: "trace".into(),
-            volume: mballoc_lab::workload::Size(t.volume),
+            volume: mballoc_lab::units::Size(t.volume),
             block_size: t.block_size,
             interleave: t.interleave,
             image: None,

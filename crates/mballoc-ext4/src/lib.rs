@@ -62,7 +62,6 @@ mod group;
 mod htree;
 mod inode;
 mod mapping;
-mod namespace;
 mod source;
 mod sparse_bits;
 mod superblock;

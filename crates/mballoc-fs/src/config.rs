@@ -6,7 +6,6 @@
 //! setting on which they differ is a named field; docs/PROFILES.md lists
 //! them with the reason and ext4's behaviour beside each.
 
-use crate::fs::StreamPlacement;
 use crate::inode_numbers::InodeNumbers;
 use crate::normalize::Normalization;
 use crate::page_cache::PageCache;
@@ -314,4 +313,16 @@ impl FsConfig {
         self.shape.cluster_bits = cluster_bits;
         self
     }
+}
+
+/// How appends that are not normalized (fallocate of at most one extent)
+/// are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamPlacement {
+    /// Each file continues its own last block, with a window that grows with
+    /// the file; a blocked large file restarts where it has room.
+    #[default]
+    PerFile,
+    /// ext4: exactly the request, from the stream goal or the goal group.
+    Kernel,
 }

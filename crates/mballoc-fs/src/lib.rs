@@ -110,15 +110,12 @@ pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
 pub use config::{
     Behaviour, CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, Placement, PunchBehaviour, RequestSize,
-    Shape, Storage, SyncOrder,
+    Shape, Storage, StreamPlacement, SyncOrder,
 };
 pub use deferred_frees::DeferredFreeStats;
 pub use error::{FsError, Result};
 pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN};
-pub use fs::{
-    FallocateMode, FiemapExtent, FiemapKind, FileId, FileKind, Fs, FsStats, ImportedFile, StreamPlacement,
-    APPEND_WINDOW_MAX,
-};
+pub use fs::{FallocateMode, FiemapExtent, FiemapKind, FileId, FileKind, Fs, FsStats, ImportedFile, APPEND_WINDOW_MAX};
 pub use id_hash::{IdHasher, IdMap};
 pub use inode_numbers::{InodeNumbers, FIRST_INO};
 pub use kernel_version::KernelVersion;

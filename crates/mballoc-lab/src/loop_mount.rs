@@ -184,7 +184,8 @@ impl Mount {
     /// too: a signal ends the process without running drops.
     fn new_image(fs: KernelFs) -> Result<Image, LabError> {
         let file = tempfile::Builder::new()
-            .prefix(&format!("mballoc-lab-{}-", fs.name()))
+            // The process id in the name tells whose a leftover is.
+            .prefix(&format!("mballoc-lab-{}-{}-", fs.name(), std::process::id()))
             .suffix(".img")
             .tempfile_in("/dev/shm")
             .map_err(|e| LabError::io("/dev/shm", e))?

@@ -51,7 +51,7 @@ fn a_cycle_of_waits_is_reported_not_hung() {
     let text =
         "# mballoc trace 1\nvolume 268435456\n0 create a\n0 wait 0 1\n0 signal 1\n1 create b\n1 wait 1 1\n1 signal 0\n";
     let t = Trace::parse(text).unwrap();
-    let w = Workload { volume: mballoc_lab::workload::Size(t.volume), ..Default::default() };
+    let w = Workload { volume: mballoc_lab::units::Size(t.volume), ..Default::default() };
     for il in [Interleave::Threads, Interleave::InTurn] {
         let target = scenarios::engine_with_files(&w, t.files.clone(), WriteMode::Delalloc, |_| {}).unwrap();
         let e = runner::run(&target, &t.stream_specs(), il, None, &ProgressBar::hidden()).unwrap_err();

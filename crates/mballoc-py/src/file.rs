@@ -85,8 +85,8 @@ impl File {
         Ok(e.into_iter().map(|e| (e.logical, e.physical, e.len)).collect())
     }
 
-    fn stat(&self, py: Python<'_>) -> PyResult<crate::volume::StatTuple> {
-        self.with(py, |f| f.metadata()).map(crate::volume::stat_tuple)
+    fn stat(&self, py: Python<'_>) -> PyResult<crate::stat::StatTuple> {
+        self.with(py, |f| f.metadata()).map(crate::stat::stat_tuple)
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {

@@ -9,6 +9,7 @@
 mod allocator;
 mod file;
 mod lab;
+mod stat;
 mod volume;
 
 use mballoc_vol::VolError;

@@ -3,28 +3,17 @@
 //! checking a volume file.
 
 use crate::file::File;
+use crate::stat::{stat_tuple, StatTuple};
 use crate::{os_err, value_err};
 use mballoc_vol::fault::{DeviceOp, Fault, FaultyDevice, Persistence};
 use mballoc_vol::{
-    Access, Device, FileDevice, Force, FormatOptions, Metadata, MountOptions, OpenMode, OpenOptions, Overwrite, Repair,
-    Replace, VolError, XattrSet,
+    Access, Device, FileDevice, Force, FormatOptions, MountOptions, OpenMode, OpenOptions, Overwrite, Repair, Replace,
+    VolError, XattrSet,
 };
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::sync::{Arc, Mutex};
-
-/// `((ino, mode, nlink, uid, gid, size, blocks, block_size, rdev,
-/// flags), (atime, mtime, ctime, btime))`: two tuples, as Python takes
-/// at most twelve items from Rust in one.
-pub type StatTuple = ((u64, u32, u32, u32, u32, u64, u64, u32, u32, u32), (i64, i64, i64, i64));
-
-pub fn stat_tuple(m: Metadata) -> StatTuple {
-    (
-        (m.ino.0, m.mode, m.nlink, m.uid, m.gid, m.size, m.blocks, m.block_size, m.rdev, m.flags),
-        (m.atime, m.mtime, m.ctime, m.btime),
-    )
-}
 
 #[pyclass(module = "mballoc._native", frozen)]
 pub struct Volume {

@@ -19,7 +19,7 @@
 
 use crate::codec::{get16, get32, get64, put16, put32, put64};
 use crate::error::{Result, VolError};
-use crate::format::{MAX_ATTR_BYTES, NAME_MAX, SYMLINK_MAX};
+use crate::limits::{MAX_ATTR_BYTES, NAME_MAX, SYMLINK_MAX};
 use std::collections::BTreeMap;
 
 /// `S_IFMT`: the file-type bits of a mode.

@@ -245,7 +245,7 @@ impl VolError {
             VolError::NotADirectory(_) => libc::ENOTDIR,
             VolError::IsADirectory(_) => libc::EISDIR,
             VolError::NotEmpty(_) => libc::ENOTEMPTY,
-            VolError::InvalidName { name, .. } if name.len() > crate::format::NAME_MAX => libc::ENAMETOOLONG,
+            VolError::InvalidName { name, .. } if name.len() > crate::limits::NAME_MAX => libc::ENAMETOOLONG,
             VolError::InvalidName { .. } | VolError::Loop(_) | VolError::InvalidArgument(_) => libc::EINVAL,
             VolError::NotASymlink(_) | VolError::BadMagic | VolError::TooSmall { .. } | VolError::Geometry(_) => {
                 libc::EINVAL

@@ -4,6 +4,7 @@
 
 use crate::codec::{get32, get64, put32, put64};
 use crate::error::{Result, VolError};
+use crate::limits::{LABEL_MAX, MAX_ATTR_BYTES};
 
 /// `s_magic`: "MBVL".
 pub const MAGIC: u32 = 0x4C56_424D;
@@ -30,16 +31,6 @@ pub const ROOT_INO: u64 = 1;
 pub const MIN_INODES: u32 = 16;
 /// Most inode slots a volume is made with.
 pub const MAX_INODES: u32 = u32::MAX / 2;
-/// Longest name a directory entry holds, in bytes (as ext4).
-pub const NAME_MAX: usize = 255;
-/// Longest attribute string of one inode (names, link target, extended
-/// attributes) on any volume: 96 KiB, room for one value of Linux's
-/// largest (64 KiB) beside names and smaller attributes. A volume keeps
-/// less where its journal could not hold one record of it
-/// ([`Superblock::max_attr_bytes`]).
-pub const MAX_ATTR_BYTES: usize = 96 << 10;
-/// Longest symbolic-link target, in bytes (ext4's at 4 KiB blocks).
-pub const SYMLINK_MAX: usize = 4095;
 /// An attribute overflow block's magic.
 pub const OVERFLOW_MAGIC: u16 = 0xA77B;
 /// Bytes of an overflow block's header.
@@ -128,8 +119,6 @@ pub struct Superblock {
     pub error: Option<String>,
 }
 
-/// Longest label, in bytes.
-pub const LABEL_MAX: usize = 63;
 /// Bytes the superblock keeps of an error's text.
 const ERROR_TEXT: usize = 60;
 

@@ -118,8 +118,10 @@ mod error;
 pub mod fault;
 mod file;
 mod folio_pool;
+mod force;
 mod format;
 mod home;
+mod limits;
 mod log;
 mod maintenance;
 mod mkfs;
@@ -143,14 +145,15 @@ pub use attr::{
     S_IFMT, S_IFREG, S_IFSOCK, XATTR_VALUE_MAX,
 };
 pub use attributes::{AccessTime, Caller, SetAttr, SetId, Time};
-pub use check::{check, check_with, CheckReport, Force, Repair};
+pub use check::{check, check_with, CheckReport, Repair};
 pub use device::{Device, FileDevice, Holders, MemDevice, OpenMode};
 pub use durability::Halt;
 pub use edits::Edit;
 pub use error::{Result, VolError};
 pub use file::{File, OpenOptions};
-pub use format::{FormatOptions, Superblock, VolumeState, LABEL_MAX, NAME_MAX, ROOT_INO};
-pub use format::{MAX_ATTR_BYTES, SYMLINK_MAX};
+pub use force::Force;
+pub use format::{FormatOptions, Superblock, VolumeState, ROOT_INO};
+pub use limits::{LABEL_MAX, MAX_ATTR_BYTES, NAME_MAX, SYMLINK_MAX};
 pub use mballoc_fs::{
     Concurrency, ExtentState, FallocateMode, FileId, FsConfig, FsError, MappedExtent, Normalization, PreallocTable,
     StreamPlacement,

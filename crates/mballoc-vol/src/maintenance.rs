@@ -14,10 +14,10 @@ impl Volume {
     /// durable when this returns.
     pub fn set_label(&self, label: &[u8]) -> Result<()> {
         self.writable()?;
-        if label.len() > crate::format::LABEL_MAX || label.contains(&0) {
+        if label.len() > crate::limits::LABEL_MAX || label.contains(&0) {
             return Err(VolError::InvalidArgument(format!(
                 "a label is at most {} bytes without NUL ({} given)",
-                crate::format::LABEL_MAX,
+                crate::limits::LABEL_MAX,
                 label.len()
             )));
         }

@@ -7,9 +7,10 @@ use crate::attr::{Attr, ATTR_INLINE};
 use crate::codec::{get16, get32, get64, put16, put32, put64};
 use crate::error::{Result, VolError};
 use crate::format::{
-    Extent, DESC_BYTES, ENTRY_BYTES, INODE_BYTES, INODE_MAGIC, MAX_ATTR_BYTES, MAX_DEPTH, MAX_ENTRY_LEN, MAX_LOGICAL,
-    NODE_HEADER, NODE_MAGIC, OVERFLOW_HEADER, OVERFLOW_MAGIC, ROOT_ENTRIES,
+    Extent, DESC_BYTES, ENTRY_BYTES, INODE_BYTES, INODE_MAGIC, MAX_DEPTH, MAX_ENTRY_LEN, MAX_LOGICAL, NODE_HEADER,
+    NODE_MAGIC, OVERFLOW_HEADER, OVERFLOW_MAGIC, ROOT_ENTRIES,
 };
+use crate::limits::MAX_ATTR_BYTES;
 
 /// One group's descriptor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -11,7 +11,7 @@
 use crate::acl::{Acl, ACL_ACCESS, ACL_DEFAULT};
 use crate::attr::{check_xattr_name, Link, FL_APPEND, FL_IMMUTABLE, FL_KNOWN, S_IFLNK};
 use crate::error::{Result, VolError};
-use crate::format::SYMLINK_MAX;
+use crate::limits::SYMLINK_MAX;
 use crate::names::{check_name, now, S_IFDIR, S_IFMT, S_IFREG};
 use crate::namespace::{guard_dir, guard_inode, touch_dir, Change, Naming, NodeSpec, Owner};
 use crate::volume::Volume;

@@ -2,10 +2,11 @@
 //! through the file's preallocation, the CPU's locality group, or a
 //! normalized window from the allocator.
 
-use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize, StreamPlacement};
+use super::{cpu_slot, inc, FileNode, Fs, Inode, Normalize};
 use crate::alloc_log::{AllocEvent, Purpose, ServedBy};
 use crate::change_log::Change;
 use crate::config::RequestSize;
+use crate::config::StreamPlacement;
 use crate::ext4_tree::Merge;
 use crate::extent_map::ExtentState;
 use crate::normalize::{placement, window_under, Cover, Neighbours, Placement, RequestShape};

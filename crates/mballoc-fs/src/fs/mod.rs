@@ -32,7 +32,7 @@ pub use stats::FsStats;
 
 use crate::config::FsConfig;
 use stats::{inc, Counters};
-pub use streams::{StreamPlacement, APPEND_WINDOW_MAX};
+pub use streams::APPEND_WINDOW_MAX;
 
 use crate::alloc_log::{AllocEvent, AllocLog};
 use crate::change_log::ChangeLog;

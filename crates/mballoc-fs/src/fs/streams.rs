@@ -6,7 +6,7 @@
 //! chunk there. Sixty-four files appended in turn therefore take blocks in
 //! turn: about 7,300 extents per 64 MiB file on a 2-CPU machine.
 //!
-//! [`StreamPlacement::PerFile`] treats every appending file as its own
+//! [`StreamPlacement::PerFile`](crate::StreamPlacement::PerFile) treats every appending file as its own
 //! stream instead:
 //!
 //! * An append first asks for the block just past the file's last one, so a
@@ -35,7 +35,7 @@
 //! 64, where ext4, whose files are in thousands of pieces, leaves a few. No
 //! placement that keeps such files in a few extents each can leave fewer.
 //!
-//! [`StreamPlacement::Kernel`] keeps ext4's behaviour.
+//! [`StreamPlacement::Kernel`](crate::StreamPlacement::Kernel) keeps ext4's behaviour.
 
 use super::{inc, FileNode, Fs, Inode};
 use crate::alloc_log::ServedBy;
@@ -47,18 +47,6 @@ pub const APPEND_WINDOW_MAX: u32 = 2048;
 
 /// Times a stream start is picked again after another thread took it.
 const START_ATTEMPTS: usize = 3;
-
-/// How appends that are not normalized (fallocate of at most one extent)
-/// are placed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StreamPlacement {
-    /// Each file continues its own last block, with a window that grows with
-    /// the file; a blocked large file restarts where it has room.
-    #[default]
-    PerFile,
-    /// ext4: exactly the request, from the stream goal or the goal group.
-    Kernel,
-}
 
 impl Fs {
     /// An unnormalized request for logical `l`, `len` blocks, under per-file

@@ -11,7 +11,8 @@ use crate::backend::{EngineTarget, Target, WriteMode};
 use crate::error::{Context, LabError};
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::runner;
-use crate::workload::{Interleave, Job, Op, OpKind, Size, Step, Workload};
+use crate::units::Size;
+use crate::workload::{Interleave, Job, Op, OpKind, Step, Workload};
 use mballoc::{BestAvailFloor, OptimizeScan, Tunables};
 use mballoc_fs::{Normalization, PreallocTable};
 

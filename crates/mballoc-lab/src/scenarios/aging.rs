@@ -10,7 +10,8 @@ use crate::aging::{geriatrix, git_pulls, Profile};
 use crate::report::{col, Plot, Row, ScenarioReport};
 use crate::runner;
 use crate::trace::Trace;
-use crate::workload::{Size, Workload};
+use crate::units::Size;
+use crate::workload::Workload;
 
 /// One line for `lab list`.
 pub const ABOUT: &str =

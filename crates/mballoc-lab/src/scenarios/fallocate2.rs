@@ -7,7 +7,8 @@
 
 use super::{for_each_variant, kernel_variants, measure, Env, Stats, Variant};
 use crate::report::{col, Plot, Row, ScenarioReport};
-use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use crate::units::Size;
+use crate::workload::{Interleave, Job, OpKind, Step, Workload};
 use mballoc::Concurrency;
 use mballoc_fs::StreamPlacement;
 

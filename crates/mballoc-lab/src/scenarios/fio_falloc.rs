@@ -9,7 +9,8 @@ use super::{
 use crate::backend::Target;
 use crate::error::LabError;
 use crate::report::{col, Plot, Row, ScenarioReport};
-use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use crate::units::Size;
+use crate::workload::{Interleave, Job, OpKind, Step, Workload};
 use mballoc::OptimizeScan;
 use mballoc_fs::StreamPlacement;
 

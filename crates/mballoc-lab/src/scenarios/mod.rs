@@ -97,7 +97,7 @@ impl StartImage {
     /// the workload's.
     pub fn apply(&self, w: &mut Workload) {
         w.image = Some(self.path.clone());
-        w.volume = crate::workload::Size(self.bytes);
+        w.volume = crate::units::Size(self.bytes);
         w.block_size = self.block_size;
     }
 }

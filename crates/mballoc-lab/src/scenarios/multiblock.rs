@@ -7,7 +7,8 @@ use crate::backend::{BackendKind, Target, WriteMode};
 use crate::error::LabError;
 use crate::loop_mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
-use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use crate::units::Size;
+use crate::workload::{Interleave, Job, OpKind, Step, Workload};
 use mballoc::{AllocRequest, Allocator, Geometry, Tunables};
 use std::time::{Duration, Instant};
 

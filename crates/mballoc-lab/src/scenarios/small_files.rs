@@ -9,7 +9,8 @@ use crate::backend::{AllocCounters, Target, WriteMode};
 use crate::error::LabError;
 use crate::loop_mount::KernelFs;
 use crate::report::{col, Plot, Row, ScenarioReport};
-use crate::workload::{Interleave, Job, OpKind, Size, Step, Workload};
+use crate::units::Size;
+use crate::workload::{Interleave, Job, OpKind, Step, Workload};
 
 /// One line for `lab list`.
 pub const ABOUT: &str =

@@ -36,7 +36,7 @@ pub use sweep::{combinations, parse_sweep, SweepMode};
 use crate::backend::WriteMode;
 use crate::error::LabError;
 use crate::loop_mount::KernelFs;
-use crate::workload::Interleave;
+use crate::workload::ops::Interleave;
 use mballoc::Geometry;
 use mballoc_fs::FsConfig;
 use serde::{Deserialize, Serialize};

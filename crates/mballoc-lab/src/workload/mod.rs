@@ -29,13 +29,13 @@
 //! A trace ([`crate::trace`]) is the expanded form of a workload.
 
 mod expand;
-mod ops;
+pub(crate) mod ops;
 
-pub use crate::units::Size;
 pub use expand::StreamSpec;
-pub use ops::{Op, OpKind, Step};
+pub use ops::{Interleave, Op, OpKind, Step};
 
 use crate::settings::{Scalar, Scope, Settings, Table};
+use crate::units::Size;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
@@ -140,24 +140,6 @@ fn is_inside(p: &str) -> bool {
 
 fn one_u32() -> u32 {
     1
-}
-
-/// How the clones' operations are issued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Interleave {
-    /// One thread per clone (fio's `-thread`), placed by the scheduler.
-    #[default]
-    Threads,
-    /// One thread per clone, thread `i` bound to the `i mod n`-th of the
-    /// `n` CPUs the process may use: will-it-scale's default binding, which
-    /// gives every CPU the same number of workers. Unbound, the scheduler's
-    /// run queues can stay unequal for seconds, and per-worker rates then
-    /// measure the queue a worker landed on.
-    PinnedThreads,
-    /// One thread, one operation of each clone in turn: the strictest
-    /// interleaving, and deterministic.
-    InTurn,
 }
 
 /// A whole workload.

@@ -215,3 +215,21 @@ impl Step {
         }
     }
 }
+
+/// How the clones' operations are issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Interleave {
+    /// One thread per clone (fio's `-thread`), placed by the scheduler.
+    #[default]
+    Threads,
+    /// One thread per clone, thread `i` bound to the `i mod n`-th of the
+    /// `n` CPUs the process may use: will-it-scale's default binding, which
+    /// gives every CPU the same number of workers. Unbound, the scheduler's
+    /// run queues can stay unequal for seconds, and per-worker rates then
+    /// measure the queue a worker landed on.
+    PinnedThreads,
+    /// One thread, one operation of each clone in turn: the strictest
+    /// interleaving, and deterministic.
+    InTurn,
+}

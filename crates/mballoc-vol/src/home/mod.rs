@@ -9,9 +9,9 @@
 //! anywhere before that leaves the journal intact, and replay (idempotent)
 //! brings every file to its committed state again.
 
-use crate::check::Force;
 use crate::device::Device;
 use crate::error::{Result, VolError};
+use crate::force::Force;
 use crate::format::{Extent, Superblock, DESC_BYTES, INODE_BYTES, MAX_ENTRY_LEN, ROOT_INO};
 use crate::records::{bitmap_crc, Entry, GroupDesc, InodeRecord};
 use crate::state::{Apply, FileState, State};

@@ -246,7 +246,7 @@ fn reseal_inode(dev: &dyn Device, sb: &Superblock, at: u64, mut r: Vec<u8>) -> R
     // counts slots directly.
     let slot = ((at - sb.offset(sb.itable_start)) / INODE_BYTES as u64) as u32;
     let len = get32(&r, 24) as usize;
-    if len > 0 && len <= crate::format::MAX_ATTR_BYTES {
+    if len > 0 && len <= crate::limits::MAX_ATTR_BYTES {
         let mut all = r[records::INLINE_AT..records::INLINE_AT + len.min(crate::attr::ATTR_INLINE)].to_vec();
         let mut next = get64(&r, records::OVERFLOW_AT);
         let mut hops = 0;

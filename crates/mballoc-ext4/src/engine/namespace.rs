@@ -2,9 +2,9 @@
 //! engine directories, each with its entries record by record, so that
 //! an [`Ext4Namespace`] grows them and places new inodes as ext4 would.
 
+use super::{load_carrying, Directories, Loaded};
 use crate::bytes::{le16, le32};
 use crate::directory::Entry;
-use crate::engine::{load_carrying, Directories, Loaded};
 use crate::error::{Ext4Error, Result};
 use crate::inode::{FileType, MappingKind, ROOT_INO};
 use crate::source::BlockSource;

@@ -16,7 +16,9 @@ use mballoc::{Allocator, Geometry};
 use mballoc_fs::{ExtentState, FileId, FileKind, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent};
 use std::collections::HashSet;
 
-pub use crate::namespace::{load_with_namespace, WithNamespace};
+mod namespace;
+
+pub use namespace::{load_with_namespace, WithNamespace};
 
 /// The engine's geometry for this volume (in clusters).
 pub fn geometry<S: BlockSource>(vol: &Ext4Volume<S>) -> Result<Geometry> {
