@@ -5,6 +5,10 @@
 //! which Linux 6.18 matches file for file), each change with the release
 //! that made it:
 //!
+//! * **before 5.13**: no order lists. `mb_optimize_scan` (Harshad
+//!   Shirwadkar, "ext4: improve cr 0 / cr 1 group scanning", 5.13) added
+//!   the largest-free-order and average-fragment lists; earlier kernels
+//!   scan groups linearly from the goal in every pass.
 //! * **before 6.4**: no CR_BEST_AVAIL_LEN. The CR1.5 series (Ojaswin
 //!   Mujoo, "ext4: Add allocation criteria 1.5 (CR1_5)", merged in 6.4)
 //!   added the pass between CR_GOAL_LEN_FAST and CR_GOAL_LEN_SLOW.
@@ -42,6 +46,12 @@ impl KernelVersion {
     pub fn from_release(release: &str) -> Option<KernelVersion> {
         let mut n = release.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty());
         Some(KernelVersion { major: n.next()?.parse().ok()?, minor: n.next()?.parse().ok()? })
+    }
+
+    /// Whether this kernel has `mb_optimize_scan`'s order lists (5.13 and
+    /// later).
+    pub fn has_optimize_scan(self) -> bool {
+        self >= KernelVersion::new(5, 13)
     }
 
     /// Whether this kernel has CR_BEST_AVAIL_LEN (6.4 and later).
@@ -82,6 +92,9 @@ impl FsConfig {
         if !version.has_stream_goal_per_cpu() {
             cfg.placement.stream_goals = Some(1);
         }
+        if !version.has_optimize_scan() {
+            cfg.placement.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off;
+        }
         cfg
     }
 }
@@ -101,6 +114,9 @@ mod tests {
         let old = FsConfig::kernel_of(geo, KernelVersion::new(6, 1));
         assert_eq!(old.placement.stream_goals, Some(1));
         assert_eq!(old.placement.policy.as_ref().map(|p| p.name().to_string()).as_deref(), Some("kernel-before-6.4"));
+        assert_eq!(old.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Auto);
+        let oldest = FsConfig::kernel_of(geo, KernelVersion::new(5, 10));
+        assert_eq!(oldest.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
         let mid = FsConfig::kernel_of(geo, KernelVersion::new(6, 12));
         assert!(mid.placement.policy.is_none() && mid.placement.stream_goals == Some(1));
         let new = FsConfig::kernel_of(geo, KernelVersion::NEWEST);

@@ -241,7 +241,7 @@ impl Superblock {
     /// or less where one journal transaction could not hold its record
     /// (never under 7 KiB: the smallest journal is 8 blocks of 1 KiB).
     pub fn max_attr_bytes(&self) -> usize {
-        let record_room = crate::wal::capacity(self.block_size as usize, u64::from(self.log_blocks));
+        let record_room = tx_capacity(self.block_size as usize, u64::from(self.log_blocks));
         MAX_ATTR_BYTES.min(record_room - 1 - crate::attr::ATTR_FIXED)
     }
 
@@ -458,6 +458,22 @@ pub(crate) fn read_superblock(dev: &dyn crate::device::Device) -> Result<Vec<u8>
     let mut head = vec![0u8; SUPERBLOCK_BYTES];
     dev.read_at(0, &mut head).map_err(|e| VolError::io("reading the superblock", e))?;
     Ok(head)
+}
+
+/// Bytes of a journal transaction's header block before its payload.
+pub(crate) const TX_HEADER: usize = 48;
+
+/// Payload bytes one journal transaction holds in a journal of
+/// `log_blocks` (the header block's room, the body; the commit block
+/// holds none).
+pub(crate) fn tx_capacity(block_size: usize, log_blocks: u64) -> usize {
+    (block_size - TX_HEADER) + (log_blocks as usize - 2) * block_size
+}
+
+/// Blocks a journal transaction with `payload` bytes takes.
+pub(crate) fn tx_blocks(payload: usize, block_size: usize) -> u64 {
+    let first = block_size - TX_HEADER;
+    1 + payload.saturating_sub(first).div_ceil(block_size) as u64 + 1
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ impl Log {
         for range in payload.chunks(bs, log_blocks) {
             let chunk = &payload.bytes()[range.clone()];
             let records = wal::decode(chunk).expect("an encoded transaction decodes");
-            let blocks = wal::blocks_for(chunk.len(), bs);
+            let blocks = crate::format::tx_blocks(chunk.len(), bs);
             if home.head + blocks > log_blocks {
                 self.checkpoint(&mut home, VolumeState::Mounted)?;
             }

@@ -13,7 +13,7 @@ use crate::attr::{Attr, ATTR_FIXED, ATTR_TAG};
 use crate::codec::{get32, get64, put32, put64};
 use crate::device::Device;
 use crate::error::{Result, VolError};
-use crate::format::Superblock;
+use crate::format::{tx_blocks, tx_capacity, Superblock, TX_HEADER as HEADER};
 use mballoc_fs::{Change, ExtentState};
 
 /// One journal record: a change the engine made to a file, or an inode's
@@ -51,8 +51,6 @@ impl Record {
 
 const TX_MAGIC: u32 = 0x4E58_5442;
 const COMMIT_MAGIC: u32 = 0x544D_4F43;
-/// Bytes of the header block before the payload.
-const HEADER: usize = 48;
 
 /// Append one change in its journal encoding.
 pub fn encode(c: &Change, out: &mut Vec<u8>) {
@@ -137,18 +135,6 @@ pub fn decode(mut b: &[u8]) -> std::result::Result<Vec<Record>, String> {
     Ok(out)
 }
 
-/// Payload bytes one transaction of a journal of `log_blocks` holds
-/// (the header block's room, the body, the commit block).
-pub fn capacity(block_size: usize, log_blocks: u64) -> usize {
-    (block_size - HEADER) + (log_blocks as usize - 2) * block_size
-}
-
-/// Blocks a transaction with `payload` bytes takes.
-pub fn blocks_for(payload: usize, block_size: usize) -> u64 {
-    let first = block_size - HEADER;
-    1 + payload.saturating_sub(first).div_ceil(block_size) as u64 + 1
-}
-
 /// The changes of the running transaction, encoded. It may be split into
 /// several journal transactions at any record boundary but inside a
 /// group of changes that must commit together.
@@ -193,7 +179,7 @@ impl Running {
     /// large for the whole journal is split at record boundaries as a
     /// last resort (it cannot be atomic in any journal this size).
     pub fn chunks(&self, block_size: usize, log_blocks: u64) -> Vec<std::ops::Range<usize>> {
-        let cap = capacity(block_size, log_blocks);
+        let cap = tx_capacity(block_size, log_blocks);
         let mut out = Vec::new();
         let mut from = 0;
         while from < self.bytes.len() {
@@ -255,7 +241,7 @@ fn record_boundary(bytes: &[u8], from: usize, limit: usize) -> usize {
 
 /// Frame `payload` as transaction `seq` of `epoch`.
 pub fn frame(payload: &[u8], seq: u64, epoch: u64, seed: u32, block_size: usize) -> Vec<u8> {
-    let blocks = blocks_for(payload.len(), block_size) as usize;
+    let blocks = tx_blocks(payload.len(), block_size) as usize;
     let mut b = vec![0u8; blocks * block_size];
     put32(&mut b, 0, TX_MAGIC);
     put32(&mut b, 4, blocks as u32);
@@ -359,7 +345,7 @@ fn read_tx(dev: &dyn Device, sb: &Superblock, at: u64, want: Want) -> Result<Rea
     }
     let blocks = u64::from(get32(&head, 4));
     let payload = get32(&head, 24) as usize;
-    if blocks < 2 || at + blocks > log || blocks_for(payload, bs) != blocks {
+    if blocks < 2 || at + blocks > log || tx_blocks(payload, bs) != blocks {
         return Ok(None);
     }
     let mut tx = vec![0u8; blocks as usize * bs];
@@ -505,7 +491,7 @@ mod tests {
         }
         let parts = many.chunks(1024, 8);
         assert!(parts.len() > 1);
-        assert!(parts.iter().all(|p| blocks_for(p.len(), 1024) <= 8 && p.len() % 17 == 0));
+        assert!(parts.iter().all(|p| tx_blocks(p.len(), 1024) <= 8 && p.len() % 17 == 0));
         assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), many.bytes.len());
         // What a failed commit puts back comes before what was recorded
         // since, and splits at the same places.

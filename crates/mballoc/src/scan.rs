@@ -38,8 +38,8 @@ impl Allocator {
         }
         ctx.cr = ctx.passes.at_or_after(Some(self.first_criterion(ctx)));
         loop {
-            while ctx.cr.is_some() && ctx.status == Status::Continue {
-                self.scan_groups(ctx);
+            while let (Some(cr), Status::Continue) = (ctx.cr, ctx.status) {
+                self.scan_groups(ctx, cr);
             }
             if ctx.status == Status::Found {
                 return;
@@ -126,16 +126,15 @@ impl Allocator {
 
     /// Run the current pass once over the volume and advance to the next pass
     /// if it found nothing (`ext4_mb_scan_groups`).
-    fn scan_groups(&self, ctx: &mut Ctx) {
-        let cr = ctx.cr.expect("scan with no pass left");
+    fn scan_groups(&self, ctx: &mut Ctx, cr: Criterion) {
         let n = self.geo.groups();
         let mut start = if ctx.start_group >= n { 0 } else { ctx.start_group };
         if !ctx.optimize || !cr.is_cheap() {
-            self.scan_linear(ctx, start, n);
+            self.scan_linear(ctx, cr, start, n);
         } else {
             if ctx.t.mb_max_linear_groups > 0 {
                 let count = ctx.t.mb_max_linear_groups.min(n);
-                self.scan_linear(ctx, start, count);
+                self.scan_linear(ctx, cr, start, count);
                 if ctx.status != Status::Continue {
                     return;
                 }
@@ -152,7 +151,7 @@ impl Allocator {
                         // ext4 counts a group its index walk visits, and
                         // again when it tests it.
                         ctx.cr_considered[cr.index()] += 1;
-                        self.scan_group(ctx, g);
+                        self.scan_group(ctx, cr, g);
                         ctx.status != Status::Continue
                     });
                 }
@@ -163,11 +162,11 @@ impl Allocator {
                             return false;
                         }
                         ctx.cr_considered[cr.index()] += 1;
-                        self.scan_group(ctx, g);
+                        self.scan_group(ctx, cr, g);
                         ctx.status != Status::Continue
                     });
                 }
-                Criterion::BestAvailLen => self.scan_best_avail(ctx, start, n),
+                Criterion::BestAvailLen => self.scan_best_avail(ctx, cr, start, n),
                 Criterion::GoalLenSlow | Criterion::AnyFree => unreachable!("expensive passes scan linearly"),
             }
         }
@@ -222,11 +221,11 @@ impl Allocator {
         }
     }
 
-    fn scan_linear(&self, ctx: &mut Ctx, start: u32, count: u32) {
+    fn scan_linear(&self, ctx: &mut Ctx, cr: Criterion, start: u32, count: u32) {
         let n = self.geo.groups();
         let mut g = start;
         for _ in 0..count {
-            self.scan_group(ctx, g);
+            self.scan_group(ctx, cr, g);
             if ctx.status != Status::Continue {
                 return;
             }
@@ -236,7 +235,7 @@ impl Allocator {
 
     /// CR_BEST_AVAIL_LEN: retry the avg-fragment lookup with the goal length
     /// trimmed one order at a time, never below the original request.
-    fn scan_best_avail(&self, ctx: &mut Ctx, start: u32, n: u32) {
+    fn scan_best_avail(&self, ctx: &mut Ctx, cr: Criterion, start: u32, n: u32) {
         let order = 31 - ctx.goal_len.leading_zeros();
         let mut min_order = order.saturating_sub(ctx.t.mb_best_avail_max_trim_order.min(31));
         let floor = match ctx.t.mb_best_avail_floor {
@@ -270,8 +269,8 @@ impl Allocator {
                         g = found + 1;
                         continue;
                     }
-                    ctx.cr_considered[ctx.cr.expect("a pass").index()] += 1;
-                    self.scan_group(ctx, found);
+                    ctx.cr_considered[cr.index()] += 1;
+                    self.scan_group(ctx, cr, found);
                     if ctx.status != Status::Continue {
                         break 'halves;
                     }
@@ -285,9 +284,9 @@ impl Allocator {
         }
     }
 
-    /// Look at one group under the current pass (`ext4_mb_scan_group`).
-    fn scan_group(&self, ctx: &mut Ctx, g: u32) {
-        let cr = ctx.cr.expect("scan with no pass");
+    /// Look at one group under pass `cr` (`ext4_mb_scan_group`).
+    fn scan_group(&self, ctx: &mut Ctx, cr: Criterion, g: u32) {
+        debug_assert_eq!(ctx.cr, Some(cr), "a group is scanned under the current pass");
         ctx.cr_considered[cr.index()] += 1;
         if !self.is_buddy_loaded(g) {
             // Only a linear sweep reaches a group ext4 has not built.
@@ -328,7 +327,7 @@ impl Allocator {
                 ctx.cr_found[cr.index()] += 1;
                 ctx.two_n_hit = true;
                 ctx.best = Some(Cand { group: g, start, len });
-                self.use_best_found(ctx, g, slot, buddy);
+                self.use_best_found(ctx, FoundBy::Pass(cr), g, slot, buddy);
             }
             return;
         }
@@ -337,18 +336,17 @@ impl Allocator {
             && stripe > 0
             && ctx.goal_len.is_multiple_of(stripe)
         {
-            self.aligned_scan(ctx, g, slot, buddy);
+            self.aligned_scan(ctx, cr, g, slot, buddy);
             if ctx.status != Status::Continue {
                 return;
             }
         }
-        self.complex_scan(ctx, g, slot, buddy);
+        self.complex_scan(ctx, cr, g, slot, buddy);
     }
 
     /// The first free run of at least a stripe that starts on a stripe
     /// boundary (`ext4_mb_scan_aligned`).
-    fn aligned_scan(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
-        let cr = ctx.cr.expect("scan with no pass");
+    fn aligned_scan(&self, ctx: &mut Ctx, cr: Criterion, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
         let stripe = ctx.t.stripe;
         let first = self.geo.group_first_block(g);
         let mut i = first.div_ceil(u64::from(stripe)) * u64::from(stripe) - first;
@@ -360,7 +358,7 @@ impl Allocator {
                     ctx.found += 1;
                     ctx.cr_found[cr.index()] += 1;
                     ctx.best = Some(Cand { group: g, start: off, len });
-                    self.use_best_found(ctx, g, slot, buddy);
+                    self.use_best_found(ctx, FoundBy::Pass(cr), g, slot, buddy);
                     return;
                 }
             }
@@ -369,8 +367,7 @@ impl Allocator {
     }
 
     /// Measure the group's free runs (`ext4_mb_complex_scan_group`).
-    fn complex_scan(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
-        let cr = ctx.cr.expect("scan with no pass");
+    fn complex_scan(&self, ctx: &mut Ctx, cr: Criterion, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
         let mut free = buddy.info().free;
         let mut i = buddy.info().first_free;
         while free > 0 && ctx.status == Status::Continue {
@@ -386,22 +383,21 @@ impl Allocator {
             }
             let len = buddy.find_extent(i, ctx.take_limit());
             assert!(len > 0 && len <= free, "group {g}: buddy disagrees with info");
-            self.measure_extent(ctx, Cand { group: g, start: i, len }, slot, buddy);
+            self.measure_extent(ctx, cr, Cand { group: g, start: i, len }, slot, buddy);
             i += len;
             free -= len;
         }
-        self.check_limits(ctx, g, slot, buddy, true);
+        self.check_limits(ctx, cr, g, slot, buddy, true);
     }
 
     /// Best fit with effort bounds (`ext4_mb_measure_extent`).
-    fn measure_extent(&self, ctx: &mut Ctx, ex: Cand, slot: &GroupSlot, buddy: &mut Buddy) {
-        let cr = ctx.cr.expect("scan with no pass");
+    fn measure_extent(&self, ctx: &mut Ctx, cr: Criterion, ex: Cand, slot: &GroupSlot, buddy: &mut Buddy) {
         ctx.found += 1;
         ctx.cr_found[cr.index()] += 1;
         if ex.len >= ctx.min_len {
             if ctx.hint_first || ex.len == ctx.goal_len || (ctx.whole_run && ex.len >= ctx.goal_len) {
                 ctx.best = Some(ex);
-                self.use_best_found(ctx, ex.group, slot, buddy);
+                self.use_best_found(ctx, FoundBy::Pass(cr), ex.group, slot, buddy);
                 return;
             }
             match ctx.best {
@@ -421,10 +417,18 @@ impl Allocator {
                 }
             }
         }
-        self.check_limits(ctx, ex.group, slot, buddy, false);
+        self.check_limits(ctx, cr, ex.group, slot, buddy, false);
     }
 
-    fn check_limits(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy, finish_group: bool) {
+    fn check_limits(
+        &self,
+        ctx: &mut Ctx,
+        cr: Criterion,
+        g: u32,
+        slot: &GroupSlot,
+        buddy: &mut Buddy,
+        finish_group: bool,
+    ) {
         if ctx.status == Status::Found {
             return;
         }
@@ -442,13 +446,14 @@ impl Allocator {
         if (finish_group || ctx.found > ctx.t.mb_min_to_scan) && b.group == g {
             // Re-measure: the candidate may have been found before a split.
             if buddy.find_extent(b.start, ctx.goal_len) >= ctx.goal_len {
-                self.use_best_found(ctx, g, slot, buddy);
+                self.use_best_found(ctx, FoundBy::Pass(cr), g, slot, buddy);
             }
         }
     }
 
-    /// Take the best candidate: trim to the goal length and mark it used.
-    fn use_best_found(&self, ctx: &mut Ctx, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
+    /// Take the best candidate, found `by`: trim to the goal length and
+    /// mark it used.
+    fn use_best_found(&self, ctx: &mut Ctx, by: FoundBy, g: u32, slot: &GroupSlot, buddy: &mut Buddy) {
         let b = ctx.best.expect("use_best_found without a candidate");
         debug_assert_eq!(b.group, g);
         let len = b.len.min(ctx.take_limit());
@@ -456,8 +461,7 @@ impl Allocator {
         buddy.mark_used(b.start, len);
         self.after_change(g, slot, old, buddy.info());
         let start = self.geo.group_first_block(g) + u64::from(b.start);
-        let cr = ctx.cr.unwrap_or(Criterion::AnyFree);
-        ctx.result = Some((Extent { start, len }, FoundBy::Pass(cr)));
+        ctx.result = Some((Extent { start, len }, by));
         ctx.status = Status::Found;
         if let Some(slot) = ctx.stream_slot {
             self.stream_goals.store(slot, g);
@@ -473,7 +477,9 @@ impl Allocator {
         let len = buddy.find_extent(b.start, ctx.goal_len);
         if len > 0 && len >= ctx.min_len {
             ctx.best = Some(Cand { len, ..b });
-            self.use_best_found(ctx, b.group, slot, buddy);
+            // After the passes ran out, the candidate counts as any-free's.
+            let by = FoundBy::Pass(ctx.cr.unwrap_or(Criterion::AnyFree));
+            self.use_best_found(ctx, by, b.group, slot, buddy);
         }
     }
 }

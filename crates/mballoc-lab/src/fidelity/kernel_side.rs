@@ -64,6 +64,17 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
                 crate::chain(&e)
             )))
         }
+        // Kernels before 5.13 have no mb_optimize_scan: they always scan
+        // linearly, so their default cases are the linear-scan ones.
+        Err(e)
+            if case.ext4.mount.iter().any(|o| o.starts_with("mb_optimize_scan"))
+                && !super::engine_side::running_kernel().has_optimize_scan() =>
+        {
+            return Err(LabError::Unavailable(format!(
+                "this kernel has no mb_optimize_scan: it scans linearly in every case ({})",
+                crate::chain(&e)
+            )))
+        }
         Err(e) => return Err(e.context("mounting a copy of the image")),
     };
     // Every buddy built now, not by the background prefetch mid-case.

@@ -119,8 +119,10 @@ pub(super) fn output(cmd: &mut Command, what: &str) -> Result<String, LabError> 
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The newest ABI of `spec`'s series that apt offers (an ABI is itself).
-fn resolve(spec: &KernelSpec, apt: &[String]) -> Result<String, LabError> {
+/// The newest ABI of `spec`'s series that apt offers, or else the newest
+/// already in `cache` (fetched once from another suite: `bullseye:5.10`
+/// makes `5.10` work); an ABI is itself.
+fn resolve(spec: &KernelSpec, apt: &[String], cache: &Path) -> Result<String, LabError> {
     let v = &spec.version;
     if v.contains('-') || v.contains('+') {
         return Ok(v.clone());
@@ -133,6 +135,12 @@ fn resolve(spec: &KernelSpec, apt: &[String]) -> Result<String, LabError> {
         .filter_map(|l| l.split_whitespace().next())
         .map(|p| p.trim_start_matches("linux-image-").trim_end_matches("-unsigned").to_string())
         .collect();
+    if abis.is_empty() {
+        let series =
+            |n: &str| n.strip_prefix(v.as_str()).is_some_and(|r| r.starts_with(['.', '-'])) && n.ends_with(FLAVOUR);
+        let cached = std::fs::read_dir(cache).into_iter().flatten().flatten();
+        abis = cached.map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| series(n)).collect();
+    }
     abis.sort_by_key(|a| version_key(a));
     abis.pop().ok_or_else(|| {
         LabError::Unavailable(format!(
@@ -157,7 +165,7 @@ fn has_candidate(apt: &[String], package: &str) -> bool {
 pub fn fetch(spec: &KernelSpec) -> Result<Unpacked, LabError> {
     let cache = cache_dir();
     let apt = apt_options(spec, &cache)?;
-    let abi = resolve(spec, &apt)?;
+    let abi = resolve(spec, &apt, &cache)?;
     let dir = cache.join(&abi);
     let unpacked = Unpacked { abi: abi.clone(), dir: dir.clone() };
     if unpacked.vmlinuz().is_file() && unpacked.modules().join("modules.dep").is_file() {
