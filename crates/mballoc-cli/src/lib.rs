@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 mod fidelity_cmd;
 mod inspect;
+mod kernel_diff_cmd;
 mod kernels_cmd;
 mod lab_settings;
 mod mount;
@@ -310,6 +311,10 @@ enum LabCmd {
         #[arg(long = "set", value_name = "ext4.KEY=VALUE")]
         set: Vec<String>,
     },
+    /// Two kernels' profiles on the built-in fidelity cases: where their
+    /// answers first part, and which rule that sets the releases apart
+    /// parts them (the engine on both sides; needs root for the images).
+    KernelDiff(kernel_diff_cmd::KernelDiffArgs),
     /// Replay a kernel allocation trace (a recording, or tracefs text
     /// with its image) on the engine's allocator, request by request.
     Replay(record_cmd::ReplayArgs),
@@ -551,6 +556,7 @@ fn run() -> Result<()> {
             fidelity_cmd::run(&workloads, &cases, &out, &how)
         }
         Cmd::Lab { cmd: LabCmd::Replay(a) } => record_cmd::run_replay(&a),
+        Cmd::Lab { cmd: LabCmd::KernelDiff(a) } => kernel_diff_cmd::run(&a),
         Cmd::Lab { cmd: LabCmd::Kernels(k) } => kernels_cmd::run(k),
         Cmd::Lab { cmd: LabCmd::Record(a) } => record_cmd::run_record(&a),
         Cmd::Lab { cmd: LabCmd::Show { scenario } } => show_cmd::show(&scenario),

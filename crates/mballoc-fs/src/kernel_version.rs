@@ -51,17 +51,17 @@ impl KernelVersion {
     /// Whether this kernel has `mb_optimize_scan`'s order lists (5.13 and
     /// later).
     pub fn has_optimize_scan(self) -> bool {
-        self >= KernelVersion::new(5, 13)
+        KernelRule::OrderLists.in_kernel(self)
     }
 
     /// Whether this kernel has CR_BEST_AVAIL_LEN (6.4 and later).
     pub fn has_best_avail(self) -> bool {
-        self >= KernelVersion::new(6, 4)
+        KernelRule::BestAvail.in_kernel(self)
     }
 
     /// Whether this kernel keeps a stream goal per CPU (6.17 and later).
     pub fn has_stream_goal_per_cpu(self) -> bool {
-        self >= KernelVersion::new(6, 17)
+        KernelRule::StreamGoalPerCpu.in_kernel(self)
     }
 }
 
@@ -80,19 +80,72 @@ impl std::str::FromStr for KernelVersion {
     }
 }
 
+/// A rule of ext4's allocator that a release introduced, as the profiles
+/// model it: what sets one kernel's profile apart from another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelRule {
+    /// `mb_optimize_scan`'s order lists (5.13); before, linear scans.
+    OrderLists,
+    /// The CR_BEST_AVAIL_LEN pass (6.4).
+    BestAvail,
+    /// A stream goal per CPU (6.17); before, one.
+    StreamGoalPerCpu,
+}
+
+impl KernelRule {
+    /// Every rule, oldest first.
+    pub const ALL: [KernelRule; 3] = [KernelRule::OrderLists, KernelRule::BestAvail, KernelRule::StreamGoalPerCpu];
+
+    /// The release that introduced it.
+    pub fn since(self) -> KernelVersion {
+        match self {
+            KernelRule::OrderLists => KernelVersion::new(5, 13),
+            KernelRule::BestAvail => KernelVersion::new(6, 4),
+            KernelRule::StreamGoalPerCpu => KernelVersion::new(6, 17),
+        }
+    }
+
+    /// Whether kernel `version` follows it.
+    pub fn in_kernel(self, version: KernelVersion) -> bool {
+        version >= self.since()
+    }
+
+    /// The change, as its series named it.
+    pub fn change(self) -> &'static str {
+        match self {
+            KernelRule::OrderLists => {
+                "mb_optimize_scan's order lists (\"ext4: improve cr 0 / cr 1 group scanning\", 5.13)"
+            }
+            KernelRule::BestAvail => "CR_BEST_AVAIL_LEN (\"ext4: Add allocation criteria 1.5 (CR1_5)\", 6.4)",
+            KernelRule::StreamGoalPerCpu => {
+                "a stream goal per CPU (\"ext4: utilize multiple global goals to reduce contention\", 6.17)"
+            }
+        }
+    }
+}
+
 impl FsConfig {
     /// ext4's decisions as kernel `version` makes them (the module's list
     /// of differences). Stream goals per CPU depend on the machine: for
     /// 6.17 and later the caller sets them as it sets them for the newest.
     pub fn kernel_of(geometry: Geometry, version: KernelVersion) -> FsConfig {
+        FsConfig::kernel_with(geometry, |r| r.in_kernel(version))
+    }
+
+    /// The kernel profile with the rules `has` names and without the
+    /// others: a release's profile, or one rule of another release laid
+    /// over it (what tells which rule a difference between two kernels
+    /// comes from). With [`KernelRule::StreamGoalPerCpu`], `stream_goals`
+    /// is left for the caller to size by CPU count.
+    pub fn kernel_with(geometry: Geometry, has: impl Fn(KernelRule) -> bool) -> FsConfig {
         let mut cfg = FsConfig::kernel(geometry);
-        if !version.has_best_avail() {
+        if !has(KernelRule::BestAvail) {
             cfg.placement.policy = Some(Arc::new(mballoc::KernelPolicyBeforeBestAvail));
         }
-        if !version.has_stream_goal_per_cpu() {
+        if !has(KernelRule::StreamGoalPerCpu) {
             cfg.placement.stream_goals = Some(1);
         }
-        if !version.has_optimize_scan() {
+        if !has(KernelRule::OrderLists) {
             cfg.placement.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off;
         }
         cfg

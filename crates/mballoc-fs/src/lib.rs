@@ -118,7 +118,7 @@ pub use extent_map::{ExtentState, MappedExtent, MAX_UNWRITTEN_LEN, MAX_WRITTEN_L
 pub use fs::{FallocateMode, FiemapExtent, FiemapKind, FileId, FileKind, Fs, FsStats, ImportedFile, APPEND_WINDOW_MAX};
 pub use id_hash::{IdHasher, IdMap};
 pub use inode_numbers::{InodeNumbers, FIRST_INO};
-pub use kernel_version::KernelVersion;
+pub use kernel_version::{KernelRule, KernelVersion};
 pub use mballoc::Concurrency;
 pub use namespace::dirhash::{half_md4, HashChars};
 pub use namespace::{DirFormat, DirHash, DirLayout, Ext4Namespace, LayoutError, Record, Removed};

@@ -104,3 +104,24 @@ fn live_kernel_agrees_on_a_small_case() {
         }
     }
 }
+
+#[test]
+fn a_difference_between_two_kernels_is_put_down_to_the_rule_that_makes_it() {
+    use mballoc_fs::{KernelRule, KernelVersion};
+    if !mballoc_lab::sys::is_root() {
+        eprintln!("skipped a_difference_between_two_kernels_is_put_down_to_the_rule_that_makes_it: needs root");
+        return;
+    }
+    let case = fidelity::builtin(true).into_iter().find(|c| c.name == "fragmented-free").expect("a built-in case");
+    let (v6_1, v6_12, v6_18) = (KernelVersion::new(6, 1), KernelVersion::new(6, 12), KernelVersion::new(6, 18));
+    // 6.12 and 6.18 differ in stream goals per CPU (two CPUs modelled): the
+    // answers part, and that rule alone parts them.
+    let d = fidelity::kernel_diff(&case, v6_12, v6_18, 2).unwrap();
+    assert!(d.agreement.first_divergence.is_some(), "{}", d.text(v6_12, v6_18));
+    assert_eq!(d.rules, vec![(KernelRule::StreamGoalPerCpu.change().to_string(), true)]);
+    // 6.1 and 6.12 differ only in CR_BEST_AVAIL_LEN, which this case never
+    // reaches: every answer the same.
+    let same = fidelity::kernel_diff(&case, v6_1, v6_12, 2).unwrap();
+    assert!(same.agreement.first_divergence.is_none(), "{}", same.text(v6_1, v6_12));
+    assert_eq!(same.rules, vec![(KernelRule::BestAvail.change().to_string(), false)]);
+}

@@ -7,20 +7,20 @@ use super::{merge_runs, Case, Request, Run, Side};
 use crate::error::{Context, LabError};
 use crate::workload::{Op, OpKind};
 use mballoc::FoundBy;
-use mballoc_fs::{Ext4Namespace, FallocateMode, FileId, Fs, FsConfig, Purpose, Removed, ServedBy};
+use mballoc_fs::{Ext4Namespace, FallocateMode, FileId, Fs, FsConfig, KernelRule, Purpose, Removed, ServedBy};
 use std::collections::HashMap;
 use std::path::Path;
 
-/// The kernel profile of the running kernel's release, as that kernel on
-/// a machine with `possible_cpus` would run it: statistics on, and as
-/// many stream goals as it makes (one before 6.17; since then
-/// `min(possible CPUs, ceil(groups / 4))`).
-pub fn kernel_profile(cfg: &mut FsConfig, possible_cpus: u32) {
+/// The kernel profile with the rules `has` names (a release's, or one
+/// release's with a rule of another's), as that kernel on a machine with
+/// `possible_cpus` would run it: statistics on, and as many stream goals
+/// as it makes (one before 6.17; since then `min(possible CPUs,
+/// ceil(groups / 4))`).
+pub(super) fn profile_with(cfg: &mut FsConfig, has: &dyn Fn(KernelRule) -> bool, possible_cpus: u32) {
     let geo = cfg.shape.geometry;
-    let version = running_kernel();
-    *cfg = FsConfig::kernel_of(geo, version).with_cluster_bits(cfg.shape.cluster_bits);
+    *cfg = FsConfig::kernel_with(geo, has).with_cluster_bits(cfg.shape.cluster_bits);
     cfg.placement.tunables.mb_stats = true;
-    if version.has_stream_goal_per_cpu() {
+    if has(KernelRule::StreamGoalPerCpu) {
         cfg.placement.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
     }
 }
@@ -64,7 +64,15 @@ fn cpus_listed(path: &str) -> u32 {
     }
 }
 
-pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> Result<Side, LabError> {
+/// Run `ops` on the engine loaded from `image`, under the kernel profile
+/// with the rules `has` names.
+pub(super) fn run(
+    case: &Case,
+    image: &Path,
+    ops: &[Op],
+    has: &dyn Fn(KernelRule) -> bool,
+    possible_cpus: u32,
+) -> Result<Side, LabError> {
     let src = mballoc_ext4::FileSource::open(image).map_err(|e| LabError::io(image.display().to_string(), e))?;
     let vol = mballoc_ext4::Ext4Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let base = u64::from(vol.superblock().first_data_block);
@@ -73,7 +81,7 @@ pub(super) fn run(case: &Case, image: &Path, ops: &[Op], possible_cpus: u32) -> 
     let loaded = mballoc_ext4::engine::load_with_namespace(
         &vol,
         |cfg| {
-            kernel_profile(cfg, possible_cpus);
+            profile_with(cfg, has, possible_cpus);
             write_mode = case.ext4.apply_engine(cfg);
         },
         percpu_batch(),

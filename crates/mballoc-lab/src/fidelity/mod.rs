@@ -30,6 +30,7 @@ pub mod compare;
 pub mod config;
 mod configured;
 mod engine_side;
+mod kernel_diff;
 mod kernel_side;
 pub mod record;
 pub mod replay;
@@ -38,7 +39,8 @@ pub mod stored;
 pub use cases::{builtin, Case};
 pub use compare::{Agreement, Divergence};
 pub use config::Ext4Config;
-pub use engine_side::running_kernel;
+pub use engine_side::{possible_cpus, running_kernel};
+pub use kernel_diff::{kernel_diff, CaseDiff};
 
 use crate::error::LabError;
 use crate::workload::Op;
@@ -126,6 +128,7 @@ pub fn run(case: &Case, keep: Option<&std::path::Path>) -> Result<Agreement, Lab
     if let Some(dir) = keep {
         stored::keep_kernel_run(case, &kernel, dir)?;
     }
-    let engine = engine_side::run(case, image.path(), &ops, engine_side::possible_cpus())?;
+    let version = running_kernel();
+    let engine = engine_side::run(case, image.path(), &ops, &|r| r.in_kernel(version), engine_side::possible_cpus())?;
     Ok(compare::compare(&case.name, &kernel, &engine))
 }

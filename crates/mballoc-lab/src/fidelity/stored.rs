@@ -67,7 +67,10 @@ impl StoredRun {
     /// compare with the kernel's outcome.
     pub fn replay(&self) -> Result<Agreement, LabError> {
         let ops = in_turn(&self.case.trace.streams);
-        let engine = engine_side::run(&self.case, self.image(), &ops, self.possible_cpus)?;
+        let engine = {
+            let version = engine_side::running_kernel();
+            engine_side::run(&self.case, self.image(), &ops, &|r| r.in_kernel(version), self.possible_cpus)?
+        };
         Ok(compare::compare(&self.case.name, &self.kernel, &engine))
     }
 }
