@@ -218,7 +218,10 @@ impl Volume {
     /// Note that file `f`'s contents changed now. Journaled by the next
     /// fsync, close or sync.
     pub fn touch(&self, f: FileId) {
-        if let Some(c) = self.files.lock().get(&f.0) {
+        // The table guard ends with the statement: a leaf, never held
+        // across the file's cache lock.
+        let cache = self.files.lock().get(&f.0).cloned();
+        if let Some(c) = cache {
             c.lock().mtime = Some(now());
         }
     }

@@ -104,7 +104,10 @@ impl Volume {
     pub fn attr(&self, ino: FileId) -> Result<Attr> {
         let ino = ino.0;
         let mut a = self.tree.read().attr(ino)?.clone();
-        if let Some(m) = self.files.lock().get(&ino).and_then(|c| c.lock().mtime) {
+        // The cache table is a leaf lock: let it go before the file's
+        // cache lock (an unlink holds that one, then takes the table).
+        let cache = self.files.lock().get(&ino).cloned();
+        if let Some(m) = cache.and_then(|c| c.lock().mtime) {
             a.mtime = m;
             a.ctime = a.ctime.max(m);
         }
