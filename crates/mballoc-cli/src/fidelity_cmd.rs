@@ -47,15 +47,8 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
     // Recordings' images, expanded for the run.
     let mut expanded: Vec<mballoc_lab::loop_mount::Image> = Vec::new();
     let cases: Vec<Case> = if files.is_empty() {
-        let all = fidelity::builtin(quick);
-        for n in only {
-            if !all.iter().any(|c| &c.name == n) {
-                let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
-                bail!("no built-in case {n:?}; the cases are {}", names.join(", "));
-            }
-        }
-        all.into_iter()
-            .filter(|c| only.is_empty() || only.contains(&c.name))
+        fidelity::builtin_named(quick, only)?
+            .into_iter()
             .map(|mut c| {
                 c.ext4.extend(&Ext4Config::from_settings(&over));
                 c

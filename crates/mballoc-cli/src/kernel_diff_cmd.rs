@@ -1,7 +1,7 @@
 //! `mballoc lab kernel-diff A B`: two kernels' profiles on the same cases,
 //! where their answers first part and which rule parts them.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use mballoc_fs::KernelVersion;
 use mballoc_lab::fidelity::{self, CaseDiff};
@@ -31,13 +31,7 @@ pub struct KernelDiffArgs {
 
 /// Run it.
 pub fn run(args: &KernelDiffArgs) -> Result<()> {
-    let all = fidelity::builtin(args.quick);
-    for n in &args.cases {
-        if !all.iter().any(|c| &c.name == n) {
-            let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
-            bail!("no built-in case {n:?}; the cases are {}", names.join(", "));
-        }
-    }
+    let cases = fidelity::builtin_named(args.quick, &args.cases)?;
     if !mballoc_lab::sys::is_root() {
         println!("kernel-diff: skipped (needs root: the cases' images are made with loop mounts)");
         return Ok(());
@@ -45,7 +39,7 @@ pub fn run(args: &KernelDiffArgs) -> Result<()> {
     crate::plan::clean_up_on_signal()?;
     let cpus = args.cpus.unwrap_or_else(fidelity::possible_cpus);
     let mut diffs: Vec<CaseDiff> = Vec::new();
-    for case in all.iter().filter(|c| args.cases.is_empty() || args.cases.contains(&c.name)) {
+    for case in &cases {
         match fidelity::kernel_diff(case, args.a, args.b, cpus) {
             Ok(d) => {
                 if !args.json {

@@ -67,11 +67,12 @@ fn span(seconds: f64) -> String {
     }
 }
 
-/// The UTC time of day `seconds` from now, as hh:mm.
+/// The UTC time of day `seconds` from now, as hh:mm (the hours and
+/// minutes of the report's ISO 8601 time).
 fn clock_after(seconds: f64) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let at = (now + seconds.round() as u64) % 86_400;
-    format!("{:02}:{:02} UTC", at / 3600, at % 3600 / 60)
+    let iso = mballoc_lab::report::utc(now + seconds.round() as u64);
+    format!("{} UTC", &iso[11..16])
 }
 
 #[cfg(test)]

@@ -195,14 +195,9 @@ impl Plan {
     /// Each job's estimated seconds over every point and repeat, where
     /// known.
     fn estimates(&self, jobs: &[Job]) -> Vec<Option<f64>> {
-        jobs.iter()
-            .map(|j| {
-                j.estimate.map(|one| {
-                    let points = self.points.iter().filter(|p| !self.backends_at(p).is_empty()).count();
-                    one * (points as u32 * self.repeat) as f64
-                })
-            })
-            .collect()
+        let points = self.points.iter().filter(|p| !self.backends_at(p).is_empty()).count();
+        let runs = (points as u32 * self.repeat) as f64;
+        jobs.iter().map(|j| j.estimate.map(|one| one * runs)).collect()
     }
 
     /// Say what the run's settings were, and plot each column against

@@ -47,22 +47,6 @@ impl KernelVersion {
         let mut n = release.split(|c: char| !c.is_ascii_digit()).filter(|p| !p.is_empty());
         Some(KernelVersion { major: n.next()?.parse().ok()?, minor: n.next()?.parse().ok()? })
     }
-
-    /// Whether this kernel has `mb_optimize_scan`'s order lists (5.13 and
-    /// later).
-    pub fn has_optimize_scan(self) -> bool {
-        KernelRule::OrderLists.in_kernel(self)
-    }
-
-    /// Whether this kernel has CR_BEST_AVAIL_LEN (6.4 and later).
-    pub fn has_best_avail(self) -> bool {
-        KernelRule::BestAvail.in_kernel(self)
-    }
-
-    /// Whether this kernel keeps a stream goal per CPU (6.17 and later).
-    pub fn has_stream_goal_per_cpu(self) -> bool {
-        KernelRule::StreamGoalPerCpu.in_kernel(self)
-    }
 }
 
 impl std::fmt::Display for KernelVersion {

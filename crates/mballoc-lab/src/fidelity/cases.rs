@@ -498,6 +498,17 @@ pub(super) fn fragmented_free(volume: u64, fill: u64, big: usize) -> Case {
     o.case("fragmented-free", "free space in 4 MiB holes, then 12 MiB files: partial allocations", volume, 4096)
 }
 
+/// The built-in cases named in `only` (all of them when it is empty); a
+/// name that is no built-in case is an error listing the cases.
+pub fn builtin_named(quick: bool, only: &[String]) -> Result<Vec<Case>, LabError> {
+    let all = builtin(quick);
+    if let Some(n) = only.iter().find(|n| !all.iter().any(|c| &c.name == *n)) {
+        let names: Vec<&str> = all.iter().map(|c| c.name.as_str()).collect();
+        return Err(LabError::Invalid(format!("no built-in case {n:?}; the cases are {}", names.join(", "))));
+    }
+    Ok(all.into_iter().filter(|c| only.is_empty() || only.contains(&c.name)).collect())
+}
+
 /// The built-in set; `quick` keeps each case small enough for CI.
 pub fn builtin(quick: bool) -> Vec<Case> {
     let q = |full: u64, small: u64| if quick { small } else { full };

@@ -68,7 +68,7 @@ pub(super) fn run(case: &Case, image: &Image, ops: &[Op]) -> Result<Side, LabErr
         // linearly, so their default cases are the linear-scan ones.
         Err(e)
             if case.ext4.mount.iter().any(|o| o.starts_with("mb_optimize_scan"))
-                && !super::engine_side::running_kernel().has_optimize_scan() =>
+                && !mballoc_fs::KernelRule::OrderLists.in_kernel(super::engine_side::running_kernel()) =>
         {
             return Err(LabError::Unavailable(format!(
                 "this kernel has no mb_optimize_scan: it scans linearly in every case ({})",

@@ -36,7 +36,7 @@ pub mod record;
 pub mod replay;
 pub mod stored;
 
-pub use cases::{builtin, Case};
+pub use cases::{builtin, builtin_named, Case};
 pub use compare::{Agreement, Divergence};
 pub use config::Ext4Config;
 pub use engine_side::{possible_cpus, running_kernel};

@@ -57,7 +57,7 @@ impl Header {
 
 /// Seconds since the epoch as an ISO 8601 UTC time (the civil-from-days
 /// conversion of the proleptic Gregorian calendar).
-fn utc(secs: u64) -> String {
+pub fn utc(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     let z = days + 719_468;

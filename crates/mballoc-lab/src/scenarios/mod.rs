@@ -227,7 +227,7 @@ pub struct Seconds {
 }
 
 impl Scenario {
-    /// Estimated seconds for one run at `size` on `backends` backends: the
+    /// Estimated seconds for one run at `scale` on `backends` backends: the
     /// measured time, scaled by the share of the four default backends
     /// that run (an estimate, corrected by the run's own pace as it goes).
     pub fn estimate(&self, scale: Scale, backends: usize) -> f64 {

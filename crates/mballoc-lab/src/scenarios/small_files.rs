@@ -115,7 +115,7 @@ pub fn run(env: &Env) -> ScenarioReport {
         match k {
             // Before 6.4 ext4 has no CR_BEST_AVAIL_LEN and no knob for it:
             // the seed's "unpatched" side, as it shipped.
-            KernelFs::Ext4 if !crate::fidelity::running_kernel().has_best_avail() => {
+            KernelFs::Ext4 if !mballoc_fs::KernelRule::BestAvail.in_kernel(crate::fidelity::running_kernel()) => {
                 variants.push(Variant::kernel(k, "without CR_BEST_AVAIL_LEN (before 6.4)", "nodelalloc"))
             }
             KernelFs::Ext4 => variants.extend(trims.iter().map(|&(label, trim)| {
