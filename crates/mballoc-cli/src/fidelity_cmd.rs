@@ -2,33 +2,90 @@
 //! case, with the report page.
 
 use crate::plan::clean_up_on_signal;
+use crate::shard::{Shard, ShardFile};
 use anyhow::{bail, Context, Result};
-use mballoc_lab::report::{col, Report, Row, ScenarioReport};
+use mballoc_lab::fidelity::Agreement;
+use mballoc_lab::report::{col, Header, Report, Row, ScenarioReport};
 use mballoc_lab::trace::Trace;
 use mballoc_lab::workload::Workload;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+
+/// `mballoc lab fidelity`'s arguments.
+#[derive(clap::Args)]
+pub struct FidelityArgs {
+    /// TOML workloads, traces (run single-threaded, streams in turn) or
+    /// recordings (`mballoc lab record`: the program's operations).
+    pub workloads: Vec<PathBuf>,
+    /// Smaller built-in cases.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only these built-in cases (by name; repeatable).
+    #[arg(long = "case", value_name = "NAME")]
+    pub cases: Vec<String>,
+    /// Also print each case's histograms and mb_stats side by side.
+    #[arg(long)]
+    pub detail: bool,
+    /// Directory for index.html.
+    #[arg(long, default_value = "lab-report")]
+    pub out: PathBuf,
+    /// Print the results as JSON on stdout (and nothing else there).
+    #[arg(long)]
+    pub json: bool,
+    /// Keep each case's image, operations, kernel trace and kernel
+    /// layouts in this directory.
+    #[arg(long, value_name = "DIR")]
+    pub keep: Option<PathBuf>,
+    /// Exit 1 when fewer files than this share are identical to the
+    /// kernel's (percent).
+    #[arg(long, value_name = "PCT", default_value_t = 100.0)]
+    pub require: f64,
+    /// Run ext4 with this setting, and the engine following it:
+    /// `ext4.mkfs=ARGS`, `ext4.mount=OPTS`, `ext4.KNOB=VALUE` (over a
+    /// workload's own `[ext4]` table). A setting the kernel profile
+    /// cannot follow is refused with the reason. Repeatable.
+    #[arg(long = "set", value_name = "ext4.KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Run only shard I of N of the cases and write them to
+    /// OUT/shard-I-of-N.json, for `lab merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
+}
+
+/// What came of one case.
+#[derive(Debug, Serialize, Deserialize)]
+enum Outcome {
+    /// Both sides ran; how far they agreed.
+    Ran(Box<Agreement>),
+    /// It cannot run here, and why.
+    Skipped(String),
+    /// It failed, and why.
+    Failed(String),
+}
+
+/// A case as the report names it, and what came of it.
+#[derive(Debug, Serialize, Deserialize)]
+struct CaseResult {
+    name: String,
+    /// The ext4 configuration it ran with, when not the default.
+    ext4: String,
+    outcome: Outcome,
+}
+
+/// A fidelity run as its shard files keep it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FidelityShard {
+    quick: bool,
+    detail: bool,
+    require: f64,
+    results: Vec<(usize, CaseResult)>,
+}
 
 /// `mballoc lab fidelity`: each case on ext4 and on the engine's kernel
 /// profile, compared.
-/// How a fidelity run runs and what it requires.
-pub struct How<'a> {
-    /// Smaller built-in cases.
-    pub quick: bool,
-    /// Histograms and mb_stats side by side.
-    pub detail: bool,
-    /// JSON on stdout.
-    pub json: bool,
-    /// Where to keep each case's material.
-    pub keep: Option<&'a std::path::Path>,
-    /// The least share of identical files, percent, below which the run
-    /// fails.
-    pub require: f64,
-    /// `--set` assignments (ext4 only), over each case's own.
-    pub set: &'a [String],
-}
-
-pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<'_>) -> Result<()> {
-    let How { quick, detail, json, keep, require, set } = *how;
+pub fn run(args: &FidelityArgs) -> Result<()> {
+    let FidelityArgs { workloads: files, quick, cases: only, json, require, set, .. } = args;
+    let (quick, json, require, out, keep) = (*quick, *json, *require, &args.out, args.keep.as_deref());
     anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
     use mballoc_lab::fidelity::{self, Case, Ext4Config};
     let over = mballoc_lab::settings::Settings::from_assignments(set)?;
@@ -86,6 +143,96 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
             })
             .collect::<Result<_>>()?
     };
+    let weights: Vec<f64> =
+        cases.iter().map(|c| 1.0 + c.trace.streams.iter().map(Vec::len).sum::<usize>() as f64).collect();
+    let chosen: Vec<usize> = match args.shard {
+        Some(sh) => sh.cells(&weights),
+        None => (0..cases.len()).collect(),
+    };
+    let mut results = Vec::new();
+    for (n, &k) in chosen.iter().enumerate() {
+        let case = &cases[k];
+        if !json {
+            eprintln!("fidelity: case {} of {}: {} ...", n + 1, chosen.len(), case.name);
+        }
+        let outcome = match fidelity::run(case, keep) {
+            Ok(a) => Outcome::Ran(Box::new(a)),
+            Err(e) if e.is_unavailable() => Outcome::Skipped(mballoc_lab::chain(&e)),
+            Err(e) => Outcome::Failed(mballoc_lab::chain(&e)),
+        };
+        let r = CaseResult { name: case.name.clone(), ext4: case.ext4.describe(), outcome };
+        if args.shard.is_none() {
+            show(&r, args.detail, json);
+        }
+        results.push((k, r));
+    }
+    let mut header = Header::now();
+    header.commit = env!("MBALLOC_COMMIT").to_string();
+    header.command = crate::plan::command_line();
+    let run = FidelityShard { quick, detail: args.detail, require, results };
+    match args.shard {
+        Some(sh) => {
+            let file = ShardFile::new("lab fidelity", sh, header, cases.iter().map(|c| c.name.clone()).collect(), run);
+            let path = sh.file_in(out);
+            file.write(&path)?;
+            if json {
+                println!("{}", file.json());
+            } else {
+                println!(
+                    "shard {sh}: {} of the run's {} cases in {}; `mballoc lab merge` with every shard's file makes the report",
+                    file.run.results.len(),
+                    file.cells.len(),
+                    path.display()
+                );
+            }
+            Ok(())
+        }
+        None => {
+            let how = Concluding { quick, json, require };
+            conclude(run.results.into_iter().map(|(_, r)| r).collect(), &how, out, header)
+        }
+    }
+}
+
+/// What [`conclude`] needs of the run.
+struct Concluding {
+    quick: bool,
+    json: bool,
+    require: f64,
+}
+
+/// `mballoc lab merge` of a fidelity run's shard files: every case shown
+/// as the run on one machine shows it, then its report and verdict.
+pub fn merge(files: Vec<ShardFile<FidelityShard>>, out: &std::path::Path, json: bool) -> Result<()> {
+    let header = crate::shard::merged_header(&files);
+    let (quick, detail, require) = (files[0].run.quick, files[0].run.detail, files[0].run.require);
+    let results = crate::shard::in_cell_order(files, |run| run.results)?;
+    for r in &results {
+        show(r, detail, json);
+    }
+    conclude(results, &Concluding { quick, json, require }, out, header)
+}
+
+/// Print one case's outcome as it comes (unless `json`).
+fn show(r: &CaseResult, detail: bool, json: bool) {
+    if json {
+        return;
+    }
+    match &r.outcome {
+        Outcome::Ran(a) => {
+            println!("{}", a.text());
+            if detail {
+                println!("{}", a.side_by_side());
+            }
+        }
+        Outcome::Skipped(why) => println!("== {}\nskipped: {why}\n", r.name),
+        Outcome::Failed(why) => eprintln!("fidelity: {}: {why}", r.name),
+    }
+}
+
+/// The totals, the report page and the verdict over every case.
+fn conclude(results: Vec<CaseResult>, how: &Concluding, out: &std::path::Path, header: Header) -> Result<()> {
+    let Concluding { quick, json, require } = *how;
     let mut rep = ScenarioReport::new(
         "fidelity",
         "the engine's kernel profile against kernel ext4, same image, same operations",
@@ -97,25 +244,16 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
             col("engine_free_extents", "free extents engine", 0),
         ],
     );
-    let mut results = Vec::new();
+    let mut agreed = Vec::new();
     let mut divergences = Vec::new();
     let mut failed = 0;
-    for (k, case) in cases.iter().enumerate() {
-        if !json {
-            eprintln!("fidelity: case {} of {}: {} ...", k + 1, cases.len(), case.name);
+    for r in results {
+        if !r.ext4.is_empty() {
+            rep.notes.push(format!("{}: ext4 ran with {} (the engine following it)", r.name, r.ext4));
         }
-        if !case.ext4.describe().is_empty() {
-            rep.notes.push(format!("{}: ext4 ran with {} (the engine following it)", case.name, case.ext4.describe()));
-        }
-        match fidelity::run(case, keep) {
-            Ok(a) => {
-                if !json {
-                    println!("{}", a.text());
-                    if detail {
-                        println!("{}", a.side_by_side());
-                    }
-                }
-                let mut row = Row::new("engine vs ext4", &case.name);
+        match r.outcome {
+            Outcome::Ran(a) => {
+                let mut row = Row::new("engine vs ext4", &r.name);
                 row.set("files_identical_pct", (1000.0 * a.file_share()).round() / 10.0)
                     .set("blocks_same_pct", (10000.0 * a.block_share()).round() / 100.0)
                     .set("requests_matched_pct", (1000.0 * a.request_share()).round() / 10.0)
@@ -123,57 +261,39 @@ pub fn run(files: &[PathBuf], only: &[String], out: &std::path::Path, how: &How<
                     .set("engine_free_extents", a.free_extents.1 as f64);
                 rep.rows.push(row);
                 if let Some(d) = &a.first_divergence {
-                    let line = format!("{}: first divergence: kernel {} / engine {}", case.name, d.kernel, d.engine);
+                    let line = format!("{}: first divergence: kernel {} / engine {}", r.name, d.kernel, d.engine);
                     rep.notes.push(line.clone());
                     divergences.push(line);
                 }
-                results.push(a);
+                agreed.push(*a);
             }
-            Err(e) if e.is_unavailable() => {
-                let why = mballoc_lab::chain(&e);
-                if !json {
-                    println!(
-                        "== {}
-skipped: {why}
-",
-                        case.name
-                    );
-                }
-                rep.notes.push(format!("{}: skipped: {why}", case.name));
-            }
-            Err(e) => {
+            Outcome::Skipped(why) => rep.notes.push(format!("{}: skipped: {why}", r.name)),
+            Outcome::Failed(why) => {
                 failed += 1;
-                let why = mballoc_lab::chain(&e);
-                eprintln!("fidelity: {}: {why}", case.name);
-                rep.notes.push(format!("{}: failed: {why}", case.name));
+                rep.notes.push(format!("{}: failed: {why}", r.name));
             }
         }
     }
-    let sum = |f: &dyn Fn(&mballoc_lab::fidelity::Agreement) -> (u64, u64)| {
-        results.iter().map(f).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
-    };
+    let sum = |f: &dyn Fn(&Agreement) -> (u64, u64)| agreed.iter().map(f).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     let (fi, ft) = sum(&|a| (a.files_identical as u64, a.files as u64));
     let (bs, bt) = sum(&|a| (a.blocks_same, a.blocks));
     let (rm, rt) = sum(&|a| (a.requests_matched as u64, a.kernel_requests as u64));
     let pct = |a: u64, b: u64| if b == 0 { 100.0 } else { 100.0 * a as f64 / b as f64 };
     let total = format!(
         "over {} cases: files identical {fi}/{ft} ({:.1}%), blocks in place {bs}/{bt} ({:.2}%), requests matched {rm}/{rt} ({:.1}%)",
-        results.len(),
+        agreed.len(),
         pct(fi, ft),
         pct(bs, bt),
         pct(rm, rt)
     );
     rep.notes.insert(0, total.clone());
     if json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        println!("{}", serde_json::to_string_pretty(&agreed)?);
     } else {
         println!("{total}");
     }
     std::fs::create_dir_all(out).with_context(|| out.display().to_string())?;
     let page = out.join("index.html");
-    let mut header = mballoc_lab::report::Header::now();
-    header.commit = env!("MBALLOC_COMMIT").to_string();
-    header.command = crate::plan::command_line();
     let report = Report { header, seed: 0, quick, scenarios: vec![rep] };
     std::fs::write(&page, report.html()).with_context(|| page.display().to_string())?;
     if !json {

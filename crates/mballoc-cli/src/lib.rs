@@ -26,6 +26,7 @@ mod mount;
 mod pace;
 mod plan;
 mod record_cmd;
+mod shard;
 mod shell;
 mod show_cmd;
 mod user_workload;
@@ -232,6 +233,10 @@ struct Output {
     /// figures are the headline ones), 1 for `--quick` and `lab workload`.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     repeat: Option<u32>,
+    /// Run only shard I of N of the run's cells (a scenario at one sweep
+    /// point) and write them to OUT/shard-I-of-N.json, for `lab merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<shard::Shard>,
 }
 
 #[derive(Subcommand)]
@@ -277,40 +282,11 @@ enum LabCmd {
     /// Run workloads on kernel ext4 and on the engine under its kernel
     /// profile, from the same image, and compare them block for block
     /// (needs root). With no workload, the built-in set.
-    Fidelity {
-        /// TOML workloads, traces (run single-threaded, streams in turn) or
-        /// recordings (`mballoc lab record`: the program's operations).
-        workloads: Vec<PathBuf>,
-        /// Smaller built-in cases.
-        #[arg(long)]
-        quick: bool,
-        /// Only these built-in cases (by name; repeatable).
-        #[arg(long = "case", value_name = "NAME")]
-        cases: Vec<String>,
-        /// Also print each case's histograms and mb_stats side by side.
-        #[arg(long)]
-        detail: bool,
-        /// Directory for index.html.
-        #[arg(long, default_value = "lab-report")]
-        out: PathBuf,
-        /// Print the results as JSON on stdout (and nothing else there).
-        #[arg(long)]
-        json: bool,
-        /// Keep each case's image, operations, kernel trace and kernel
-        /// layouts in this directory.
-        #[arg(long, value_name = "DIR")]
-        keep: Option<PathBuf>,
-        /// Exit 1 when fewer files than this share are identical to the
-        /// kernel's (percent).
-        #[arg(long, value_name = "PCT", default_value_t = 100.0)]
-        require: f64,
-        /// Run ext4 with this setting, and the engine following it:
-        /// `ext4.mkfs=ARGS`, `ext4.mount=OPTS`, `ext4.KNOB=VALUE` (over a
-        /// workload's own `[ext4]` table). A setting the kernel profile
-        /// cannot follow is refused with the reason. Repeatable.
-        #[arg(long = "set", value_name = "ext4.KEY=VALUE")]
-        set: Vec<String>,
-    },
+    Fidelity(fidelity_cmd::FidelityArgs),
+    /// Make the report of a run done in shards (`--shard I/N` of `lab run`
+    /// or `lab fidelity`) from every shard's file: the report the run
+    /// makes on one machine.
+    Merge(shard::MergeArgs),
     /// Two kernels' profiles on the built-in fidelity cases: where their
     /// answers first part, and which rule that sets the releases apart
     /// parts them (the engine on both sides; needs root for the images).
@@ -524,8 +500,10 @@ fn run() -> Result<()> {
                 };
                 println!("mballoc lab (seed {}{how})\n", out.seed);
             }
-            let report = plan.run(&out, image.as_ref(), &jobs)?;
-            plan::finish(&report, &out)
+            match plan.run(&out, image.as_ref(), &jobs)? {
+                Some(report) => plan::finish(&report, &out),
+                None => Ok(()),
+            }
         }
         Cmd::Lab { cmd: LabCmd::Workload { file, out } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
@@ -539,8 +517,10 @@ fn run() -> Result<()> {
                 scale: scenarios::Scale::Full,
                 estimate: None,
             }];
-            let report = plan.run(&out, None, &jobs)?;
-            plan::finish(&report, &out)
+            match plan.run(&out, None, &jobs)? {
+                Some(report) => plan::finish(&report, &out),
+                None => Ok(()),
+            }
         }
         Cmd::Lab { cmd: LabCmd::Trace { file, max_ops } } => {
             let text = std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
@@ -551,10 +531,8 @@ fn run() -> Result<()> {
             w.flush()?;
             Ok(())
         }
-        Cmd::Lab { cmd: LabCmd::Fidelity { workloads, quick, cases, detail, out, json, keep, require, set } } => {
-            let how = fidelity_cmd::How { quick, detail, json, keep: keep.as_deref(), require, set: &set };
-            fidelity_cmd::run(&workloads, &cases, &out, &how)
-        }
+        Cmd::Lab { cmd: LabCmd::Fidelity(a) } => fidelity_cmd::run(&a),
+        Cmd::Lab { cmd: LabCmd::Merge(a) } => shard::merge(&a),
         Cmd::Lab { cmd: LabCmd::Replay(a) } => record_cmd::run_replay(&a),
         Cmd::Lab { cmd: LabCmd::KernelDiff(a) } => kernel_diff_cmd::run(&a),
         Cmd::Lab { cmd: LabCmd::Kernels(k) } => kernels_cmd::run(k),

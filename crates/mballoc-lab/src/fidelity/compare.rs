@@ -4,12 +4,12 @@
 use super::{Request, Run, Side};
 use crate::backend::AllocCounters;
 use mballoc::report::FreeSpaceHistogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write;
 
 /// The first request whose answer differs, with what led up to it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Divergence {
     /// Its position among the kernel's requests (from 0).
     pub index: usize,
@@ -23,7 +23,7 @@ pub struct Divergence {
 }
 
 /// How far the engine agreed with the kernel on one case.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Agreement {
     /// The case.
     pub case: String,

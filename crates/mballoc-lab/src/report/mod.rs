@@ -8,14 +8,15 @@ mod page;
 mod plot;
 mod table;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// What a report was made on, by what and how: enough to tell two
 /// reports apart and to run one again.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Header {
     /// The kernel release (`uname -r`).
     pub kernel: String,
@@ -73,7 +74,7 @@ pub fn utc(secs: u64) -> String {
 }
 
 /// One result row: a backend, a variant of it, and named metrics.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// Backend name (`engine`, `ext4`, ...).
     pub backend: String,
@@ -82,18 +83,18 @@ pub struct Row {
     /// Named values (with `--repeat`, the median of the samples).
     pub metrics: Map<String, Value>,
     /// The swept settings this row ran with (`--sweep`), by key.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub point: BTreeMap<String, String>,
     /// No data moved: the row's bytes per second are blocks placed in
     /// memory, kept under `placed_*` keys, never in a bandwidth column.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_data: bool,
     /// The run's settings that configured this row's backend
     /// (`key=value`, its scope's and the workload's), swept ones included.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub settings: Vec<String>,
     /// With `--repeat`: every sample of each numeric metric, in run order.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub samples: BTreeMap<String, Vec<f64>>,
 }
 
@@ -181,23 +182,23 @@ impl Row {
 }
 
 /// A table column: a metric key, its header, its decimals.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Column {
     /// The metric shown.
-    pub key: &'static str,
+    pub key: Cow<'static, str>,
     /// Its column header.
-    pub header: &'static str,
+    pub header: Cow<'static, str>,
     /// Decimals printed for a fractional value.
     pub decimals: usize,
 }
 
 /// Shorthand for a [`Column`].
 pub const fn col(key: &'static str, header: &'static str, decimals: usize) -> Column {
-    Column { key, header, decimals }
+    Column { key: Cow::Borrowed(key), header: Cow::Borrowed(header), decimals }
 }
 
 /// A plot of one scenario's rows.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Plot {
     /// `y` against `x`, one line per combination of everything else.
     Lines(LinePlot),
@@ -233,7 +234,7 @@ pub enum Plot {
 
 /// A line plot: one series per backend, variant, swept setting other
 /// than `x`, and each metric named in `split_by`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinePlot {
     /// Shown above the plot.
     pub title: String,
@@ -304,7 +305,7 @@ impl Plot {
 }
 
 /// A scenario's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScenarioReport {
     /// Short name (`fio-falloc`).
     pub name: String,
@@ -318,11 +319,13 @@ pub struct ScenarioReport {
     pub notes: Vec<String>,
     /// The statistics setting every backend ran with (`mb_stats=0 on
     /// every backend`), where the scenario compares backends.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statistics: Option<String>,
     /// Rows that failed (each also a note).
     pub failures: usize,
-    /// The seed's own tables this scenario reproduces.
+    /// The seed's own tables this scenario reproduces (found again by
+    /// the scenario's name when a report is read back).
+    #[serde(skip_deserializing)]
     pub published: Vec<crate::published::Published>,
     #[serde(skip)]
     /// The table's columns.
@@ -421,6 +424,30 @@ impl ScenarioReport {
         base
     }
 
+    /// The whole report as data, the columns, sections and plots that
+    /// the JSON document leaves out included: what a shard of a run
+    /// keeps for the merge.
+    pub fn stored(&self) -> Value {
+        serde_json::to_value(Stored {
+            report: self.clone(),
+            columns: self.columns.clone(),
+            sections: self.sections.clone(),
+            plots: self.plots.clone(),
+        })
+        .expect("reports serialize")
+    }
+
+    /// A report from [`ScenarioReport::stored`]'s data; the seed's
+    /// published tables come again from the scenario's name.
+    pub fn from_stored(v: Value) -> serde_json::Result<ScenarioReport> {
+        let Stored { mut report, columns, sections, plots } = serde_json::from_value(v)?;
+        report.published = crate::published::for_scenario(&report.name);
+        report.columns = columns;
+        report.sections = sections;
+        report.plots = plots;
+        Ok(report)
+    }
+
     /// Everything the terminal shows for this scenario.
     pub fn text(&self) -> String {
         let mut o = format!("== {}: {}\n", self.name, self.title);
@@ -445,6 +472,15 @@ impl ScenarioReport {
         }
         o
     }
+}
+
+/// [`ScenarioReport::stored`]'s form.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    report: ScenarioReport,
+    columns: Vec<Column>,
+    sections: Vec<(String, String)>,
+    plots: Vec<Plot>,
 }
 
 /// The median of `v` (the mean of the middle two for an even count).

@@ -41,7 +41,7 @@ impl Report {
                 let _ = write!(o, "<th>{}</th>", esc(k));
             }
             for c in &s.columns {
-                let _ = write!(o, "<th>{}</th>", esc(c.header));
+                let _ = write!(o, "<th>{}</th>", esc(&c.header));
             }
             o.push_str("</tr>\n");
             for r in &s.rows {
@@ -50,7 +50,7 @@ impl Report {
                     let _ = write!(o, "<td class=\"n\">{}</td>", esc(r.point.get(k).map_or("", String::as_str)));
                 }
                 for c in &s.columns {
-                    let _ = write!(o, "<td class=\"n\">{}</td>", esc(&r.cell(c.key, c.decimals)));
+                    let _ = write!(o, "<td class=\"n\">{}</td>", esc(&r.cell(&c.key, c.decimals)));
                 }
                 o.push_str("</tr>\n");
             }

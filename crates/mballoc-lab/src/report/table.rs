@@ -18,7 +18,7 @@ impl ScenarioReport {
         for r in &self.rows {
             let mut line = vec![r.backend.clone(), r.label()];
             line.extend(swept.iter().map(|k| r.point.get(k).cloned().unwrap_or_default()));
-            line.extend(self.columns.iter().map(|c| r.cell(c.key, c.decimals)));
+            line.extend(self.columns.iter().map(|c| r.cell(&c.key, c.decimals)));
             cells.push(line);
         }
         let fixed = 2 + swept.len();

@@ -1,0 +1,209 @@
+//! A run split with `--shard I/N` and put together by `lab merge` makes
+//! the report the unsharded run makes.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn mballoc(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mballoc")).current_dir(dir).args(args).output().expect("runs")
+}
+
+fn ok(o: Output) -> Output {
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+/// The document without what differs between any two runs of the same
+/// command: when it began.
+fn undated(mut v: Value) -> Value {
+    if let Some(h) = v.get_mut("header") {
+        h["date"] = Value::Null;
+    }
+    v
+}
+
+/// Where `a` and `b` differ, as JSON paths, at most `max`.
+fn differences(a: &Value, b: &Value, path: &str, out: &mut Vec<String>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                differences(
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                    &format!("{path}.{k}"),
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(p, q, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ if a != b => out.push(path.to_string()),
+        _ => {}
+    }
+}
+
+const RUN: &[&str] = &[
+    "lab",
+    "run",
+    "aged",
+    "multiblock-cost",
+    "fragmented-core",
+    "--quick",
+    "--backends",
+    "engine",
+    "--sweep",
+    "engine.mb_max_to_scan=50,200",
+    "--json",
+    "--out",
+    "report",
+];
+
+#[test]
+fn a_lab_run_in_three_shards_merges_to_the_unsharded_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Two unsharded runs: what differs between them (throughput, and the
+    // few counts a thread's CPU decides) is the run's own noise.
+    let one = undated(json(&ok(mballoc(d, RUN))));
+    let two = undated(json(&ok(mballoc(d, RUN))));
+    let mut noise = Vec::new();
+    differences(&one, &two, "", &mut noise);
+    for i in 1..=3 {
+        let shard = format!("{i}/3");
+        let mut args = RUN.to_vec();
+        args.extend(["--shard", &shard]);
+        let doc = json(&ok(mballoc(d, &args)));
+        assert_eq!(doc["shard"]["index"], i, "{doc}");
+        assert!(d.join(format!("report/shard-{i}-of-3.json")).exists());
+    }
+    let files: Vec<String> = (1..=3).map(|i| format!("report/shard-{i}-of-3.json")).collect();
+    let mut args = vec!["lab", "merge", "--json", "--out", "merged"];
+    args.extend(files.iter().map(String::as_str));
+    let merged = undated(json(&ok(mballoc(d, &args))));
+    assert!(d.join("merged/index.html").exists());
+    let mut differ = Vec::new();
+    differences(&one, &merged, "", &mut differ);
+    let unexplained: Vec<&String> = differ.iter().filter(|p| !noise.contains(p)).collect();
+    assert!(unexplained.is_empty(), "the merge differs from the unsharded run at {unexplained:?}");
+    // The structure is there: every scenario, every row of every point.
+    assert_eq!(merged["scenarios"].as_array().unwrap().len(), 3);
+    for (a, b) in one["scenarios"].as_array().unwrap().iter().zip(merged["scenarios"].as_array().unwrap()) {
+        assert_eq!(a["rows"].as_array().unwrap().len(), b["rows"].as_array().unwrap().len());
+        assert_eq!(a["notes"], b["notes"]);
+    }
+    assert!(noise.iter().all(|p| !p.contains("notes") && !p.ends_with(".variant")), "{noise:?}");
+}
+
+#[test]
+fn merge_refuses_a_missing_a_repeated_or_a_foreign_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = ["lab", "run", "fragmented-core", "--quick", "--backends", "engine", "--json"];
+    for (i, out) in [(1, "a"), (2, "a"), (1, "b")] {
+        let shard = format!("{i}/2");
+        let mut args = base.to_vec();
+        args.extend(["--out", out, "--shard", &shard]);
+        if out == "b" {
+            args.extend(["--seed", "7"]);
+        }
+        ok(mballoc(d, &args));
+    }
+    let merge = |files: &[&str]| {
+        let mut args = vec!["lab", "merge", "--out", "m"];
+        args.extend(files);
+        mballoc(d, &args)
+    };
+    let err = |o: Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let missing = merge(&["a/shard-1-of-2.json"]);
+    assert!(!missing.status.success() && err(missing).contains("shard 2/2 is missing"));
+    let twice = merge(&["a/shard-1-of-2.json", "a/shard-1-of-2.json", "a/shard-2-of-2.json"]);
+    assert!(!twice.status.success() && err(twice).contains("given 2 times"));
+    let foreign = merge(&["b/shard-1-of-2.json", "a/shard-2-of-2.json"]);
+    assert!(!foreign.status.success() && err(foreign).contains("another run"));
+    std::fs::write(d.join("junk.json"), "{\"format\": 1}").unwrap();
+    let junk = merge(&["junk.json"]);
+    assert!(!junk.status.success() && err(junk).contains("not a shard file"));
+    assert!(ok(merge(&["a/shard-2-of-2.json", "a/shard-1-of-2.json"])).status.success());
+}
+
+#[test]
+fn a_fidelity_run_in_shards_merges_to_the_unsharded_run() {
+    if is_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let cases = [
+            "--case",
+            "small-files",
+            "--case",
+            "punched-reuse",
+            "--case",
+            "stripe",
+            "--case",
+            "near-full",
+            "--case",
+            "bigalloc",
+        ];
+        let mut args = vec!["lab", "fidelity", "--quick", "--out", "report"];
+        args.extend(cases);
+        let text = ok(mballoc(d, &args));
+        let mut with_json = args.clone();
+        with_json.push("--json");
+        let one = json(&ok(mballoc(d, &with_json)));
+        for i in 1..=3 {
+            let shard = format!("{i}/3");
+            let mut a = args.clone();
+            a.extend(["--shard", &shard]);
+            ok(mballoc(d, &a));
+        }
+        let files = ["report/shard-1-of-3.json", "report/shard-2-of-3.json", "report/shard-3-of-3.json"];
+        let mut m = vec!["lab", "merge", "--out", "report"];
+        m.extend(files);
+        let merged_text = ok(mballoc(d, &m));
+        m.push("--json");
+        let merged = json(&ok(mballoc(d, &m)));
+        // Layouts and counts are the kernel's and the engine's: nothing
+        // may differ but the time the kernel took to build its buddies.
+        let mut differ = Vec::new();
+        differences(&without_kernel_time(one), &without_kernel_time(merged), "", &mut differ);
+        assert!(differ.is_empty(), "the merge differs from the unsharded run at {differ:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&text.stdout),
+            String::from_utf8_lossy(&merged_text.stdout),
+            "the merge prints what the run printed"
+        );
+    } else {
+        println!("skipped: lab fidelity needs root for loop mounts and tracefs");
+    }
+}
+
+/// `v` with every mb_stats `buddies_time_used` (the kernel's time,
+/// which no two runs share) blanked.
+fn without_kernel_time(v: Value) -> Value {
+    match v {
+        Value::String(s) if s.contains("buddies_time_used:") => Value::String(
+            s.lines()
+                .map(|l| if l.trim_start().starts_with("buddies_time_used:") { "buddies_time_used: -" } else { l })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(without_kernel_time).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, without_kernel_time(v))).collect()),
+        v => v,
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
