@@ -219,6 +219,33 @@ pub struct Storage {
     pub extent_tree: ExtentTreeBlocks,
     /// When freed blocks may be allocated again.
     pub free_reuse: FreeReuse,
+    /// What a buffered write does when free space runs low against the
+    /// delayed data waiting for it.
+    pub low_space: LowSpace,
+}
+
+/// A buffered write's behaviour near a full volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LowSpace {
+    /// Delayed allocation whatever the free space (reservations keep
+    /// writeback from running out).
+    Delay,
+    /// ext4's `ext4_nonda_switch`, read before each buffered write: when
+    /// fewer blocks are free than twice the delayed ones, every dirty file
+    /// is written back first (oldest dirtied first, as the flusher does,
+    /// and the writer waits for it); and when fewer are free than 1.5
+    /// times the delayed ones, or than the delayed ones plus
+    /// `watermark_blocks` (4 × the per-CPU counter batch × CPUs), the
+    /// write allocates at once, block by block, as `nodelalloc` does
+    /// ([`crate::Fs::write_through`]). Both tests use the counts read
+    /// before the writeback. And a normalization window is taken even
+    /// where it eats into blocks promised to delayed data: an allocation
+    /// that then finds nothing gives every preallocation back and tries
+    /// again (`ext4_mb_discard_preallocations_should_retry`).
+    Ext4 {
+        /// `EXT4_FREECLUSTERS_WATERMARK`.
+        watermark_blocks: u64,
+    },
 }
 
 impl FsConfig {
@@ -258,6 +285,7 @@ impl FsConfig {
                 commit_interval_ops: 1000,
                 extent_tree: ExtentTreeBlocks::Outside,
                 free_reuse: FreeReuse::AtCommit,
+                low_space: LowSpace::Delay,
             },
         }
     }
@@ -296,6 +324,8 @@ impl FsConfig {
                 dirty_limit_blocks: u64::MAX,
                 free_reuse: FreeReuse::AtCommit,
                 extent_tree: ExtentTreeBlocks::InVolume,
+                // Two CPUs, batch 32; the lab sets the machine's.
+                low_space: LowSpace::Ext4 { watermark_blocks: 4 * 32 * 2 },
             },
             shape: Shape { flex_groups: 16, ..base.shape },
         }

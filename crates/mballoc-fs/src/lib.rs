@@ -109,8 +109,8 @@ mod violation;
 pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
 pub use config::{
-    Behaviour, CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, Placement, PunchBehaviour, RequestSize,
-    Shape, Storage, StreamPlacement, SyncOrder,
+    Behaviour, CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, LowSpace, Placement, PunchBehaviour,
+    RequestSize, Shape, Storage, StreamPlacement, SyncOrder,
 };
 pub use deferred_frees::DeferredFreeStats;
 pub use error::{FsError, Result};

@@ -444,3 +444,36 @@ fn freed_blocks_wait_for_the_commit_unless_told_otherwise() {
         assert_eq!(fs.allocator().free_blocks() - free, 64 - pending, "{reuse:?}");
     }
 }
+
+/// ext4's switch near a full volume (`ext4_nonda_switch`): once fewer
+/// blocks are free than twice the delayed ones, a write first writes every
+/// dirty file back; past 1.5 times, it is allocated at once. Without the
+/// switch both stay delayed.
+#[test]
+fn near_a_full_volume_a_write_pushes_writeback_and_allocates_at_once() {
+    use mballoc_fs::LowSpace;
+    let geo = Geometry::new(4096, 1 << 15).unwrap();
+    for low in [LowSpace::Delay, LowSpace::Ext4 { watermark_blocks: 256 }] {
+        let mut cfg = FsConfig::kernel(geo);
+        cfg.storage.low_space = low;
+        let fs = Fs::new(cfg).unwrap();
+        let free = fs.allocator().free_blocks();
+        let (a, b) = (fs.create().unwrap(), fs.create().unwrap());
+        // 70% of the free space waits for writeback: nothing allocated.
+        fs.write(a, 0, free * 7 / 10 * 4096).unwrap();
+        assert!(fs.extents(a).unwrap().is_empty(), "{low:?}");
+        fs.write(b, 0, 16 * 4096).unwrap();
+        let (a_mapped, b_mapped) = (!fs.extents(a).unwrap().is_empty(), !fs.extents(b).unwrap().is_empty());
+        match low {
+            LowSpace::Delay => assert!(!a_mapped && !b_mapped, "delayed whatever the free space"),
+            LowSpace::Ext4 { .. } => {
+                assert!(a_mapped, "the dirty file was written back before the write");
+                assert!(b_mapped, "the write was allocated at once");
+                let b_blocks: u64 = fs.extents(b).unwrap().iter().map(|e| u64::from(e.len)).sum();
+                assert!(b_blocks >= 16, "every block of the write is mapped: {b_blocks}");
+            }
+        }
+        fs.sync().unwrap();
+        assert!(fs.check().is_ok(), "{low:?}");
+    }
+}

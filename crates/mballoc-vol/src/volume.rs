@@ -225,8 +225,9 @@ impl Volume {
         policy(&mut chosen);
         // The profile's placement and behaviour, whole; the shape is the
         // volume's, and so is storage: the volume writes back and commits
-        // itself, keeps extent trees in its tree area, and frees blocks
-        // only once a commit is durable.
+        // itself (so a write is never switched to allocate at once), keeps
+        // extent trees in its tree area, and frees blocks only once a
+        // commit is durable.
         let cfg = FsConfig {
             placement: chosen.placement,
             behaviour: chosen.behaviour,
@@ -235,6 +236,7 @@ impl Volume {
                 commit_interval_ops: opts.commit_interval_ops,
                 extent_tree: mballoc_fs::ExtentTreeBlocks::Outside,
                 free_reuse: mballoc_fs::FreeReuse::AtCommit,
+                low_space: mballoc_fs::LowSpace::Delay,
             },
             shape: FsConfig::new(geo).shape,
         };

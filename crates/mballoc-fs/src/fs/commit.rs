@@ -50,7 +50,7 @@ impl Fs {
                 let _op = self.op();
                 self.map_unwritten(f, at, n, Normalize::Yes, crate::FallocateMode::KeepSize)?;
             }
-            self.write(f, at, n)?;
+            self.write_delayed(f, at, n)?;
             at += n;
         }
         Ok(())
@@ -59,6 +59,12 @@ impl Fs {
     /// Write back every file and commit. The first failure stops it.
     pub fn sync(&self) -> Result<()> {
         let _op = self.op();
+        self.write_back_all()?;
+        self.try_commit().map(drop)
+    }
+
+    /// Write back every file, in the configured order, without a commit.
+    pub(super) fn write_back_all(&self) -> Result<()> {
         let order = match self.cfg.behaviour.sync_order {
             SyncOrder::ByInode => self.files(),
             SyncOrder::Dirtied => {
@@ -81,7 +87,7 @@ impl Fs {
                 }
             }
         }
-        self.try_commit().map(drop)
+        Ok(())
     }
 
     /// Commit the running transaction: blocks it freed become allocatable.

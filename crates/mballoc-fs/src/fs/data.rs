@@ -24,7 +24,34 @@ impl Fs {
     /// out of space) and marked delayed. Writes into unwritten extents are
     /// converted at writeback. Fails with NoSpace, changing nothing, when the
     /// new delayed blocks cannot be reserved.
+    ///
+    /// Under [`crate::config::LowSpace::Ext4`] a write near a full volume
+    /// may first write back every dirty file, or be allocated at once.
     pub fn write(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
+        if let crate::config::LowSpace::Ext4 { watermark_blocks } = self.cfg.storage.low_space {
+            if len > 0 && self.nonda_switch(watermark_blocks) {
+                return self.write_through(f, offset, len);
+            }
+        }
+        self.write_delayed(f, offset, len)
+    }
+
+    /// `ext4_nonda_switch`: push the dirty files out when free space is
+    /// below twice the delayed blocks, and say whether this write is to be
+    /// allocated at once (both from the counts read first).
+    fn nonda_switch(&self, watermark_blocks: u64) -> bool {
+        let free = self.ext4_shared_counts().map_or_else(|| self.alloc.free_blocks(), |c| c.free_blocks);
+        let dirty = self.space.reserved();
+        if dirty > 0 && free < 2 * dirty {
+            // The kernel ignores what this writeback meets; the data stays
+            // dirty for an fsync to report.
+            let _ = self.write_back_all();
+        }
+        2 * free < 3 * dirty || free < dirty + watermark_blocks
+    }
+
+    /// [`Fs::write`] without the low-space switch: the delayed write.
+    pub(super) fn write_delayed(&self, f: FileId, offset: u64, len: u64) -> Result<()> {
         let _op = self.op();
         let (first, end) = self.block_range(offset, len)?;
         self.with_inode(f, true, |_, ino| {

@@ -15,11 +15,15 @@ use std::path::Path;
 /// release's with a rule of another's), as that kernel on a machine with
 /// `possible_cpus` would run it: statistics on, and as many stream goals
 /// as it makes (one before 6.17; since then `min(possible CPUs,
-/// ceil(groups / 4))`).
+/// ceil(groups / 4))`), and the free-space watermark it switches writes
+/// to allocate at once under (`EXT4_FREECLUSTERS_WATERMARK`: 4 × the
+/// per-CPU batch × possible CPUs).
 pub(super) fn profile_with(cfg: &mut FsConfig, has: &dyn Fn(KernelRule) -> bool, possible_cpus: u32) {
     let geo = cfg.shape.geometry;
     *cfg = FsConfig::kernel_with(geo, has).with_cluster_bits(cfg.shape.cluster_bits);
     cfg.placement.tunables.mb_stats = true;
+    let watermark_blocks = 4 * u64::from(percpu_batch()) * u64::from(possible_cpus);
+    cfg.storage.low_space = mballoc_fs::LowSpace::Ext4 { watermark_blocks };
     if has(KernelRule::StreamGoalPerCpu) {
         cfg.placement.stream_goals = Some(possible_cpus.min(geo.groups().div_ceil(4)).max(1));
     }
