@@ -87,7 +87,7 @@ pub fn run(args: &FidelityArgs) -> Result<()> {
     let FidelityArgs { workloads: files, quick, cases: only, json, require, set, .. } = args;
     let (quick, json, require, out, keep) = (*quick, *json, *require, &args.out, args.keep.as_deref());
     anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
-    use mballoc_lab::fidelity::{self, Case, Ext4Config};
+    use mballoc_lab::fidelity::{self, Ext4Config};
     let over = mballoc_lab::settings::Settings::from_assignments(set)?;
     // Refused before anything runs, root or not.
     Ext4Config::from_settings(&over).check(&over)?;
@@ -102,47 +102,7 @@ pub fn run(args: &FidelityArgs) -> Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     // Recordings' images, expanded for the run.
-    let mut expanded: Vec<mballoc_lab::loop_mount::Image> = Vec::new();
-    let cases: Vec<Case> = if files.is_empty() {
-        fidelity::builtin_named(quick, only)?
-            .into_iter()
-            .map(|mut c| {
-                c.ext4.extend(&Ext4Config::from_settings(&over));
-                c
-            })
-            .collect()
-    } else {
-        files
-            .iter()
-            .map(|f| -> Result<Case> {
-                if f.join("record.toml").exists() {
-                    let (case, image) = mballoc_lab::fidelity::record::case_of(f, &over)?;
-                    expanded.push(image);
-                    return Ok(case);
-                }
-                let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
-                let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
-                if Trace::is_trace(&text) {
-                    let mut c = Case::from_trace(&name, Trace::parse(&text)?);
-                    c.ext4.extend(&Ext4Config::from_settings(&over));
-                    return Ok(c);
-                }
-                // A workload's own [ext4] table and image, under --set.
-                let mut w = Workload::from_toml(&text)?;
-                let mut settings = w.settings()?;
-                settings.extend(&over);
-                let ext4 = Ext4Config::from_settings(&settings);
-                ext4.check(&settings).with_context(|| f.display().to_string())?;
-                if let Some(img) = w.image.clone() {
-                    mballoc_lab::scenarios::StartImage::open(&img)?.apply(&mut w);
-                }
-                let mut c = Case::from_trace(&name, Trace::from_workload(&w, 10_000_000)?);
-                c.ext4 = ext4;
-                c.image = w.image.clone();
-                Ok(c)
-            })
-            .collect::<Result<_>>()?
-    };
+    let (cases, _expanded) = cases_of(files, only, quick, &over)?;
     let weights: Vec<f64> =
         cases.iter().map(|c| 1.0 + c.trace.streams.iter().map(Vec::len).sum::<usize>() as f64).collect();
     let chosen: Vec<usize> = match args.shard {
@@ -309,4 +269,63 @@ fn conclude(results: Vec<CaseResult>, how: &Concluding, out: &std::path::Path, h
         bail!("files identical {:.1}% is below the required {require}%", pct(fi, ft));
     }
     Ok(())
+}
+
+/// The cases a run compares: the built-in set (only the `only` named, when
+/// any), or the given TOML workloads, traces and recordings, each under
+/// the `over` settings. Recordings' images are expanded for the run and
+/// live as long as the returned images.
+pub(crate) fn cases_of(
+    files: &[PathBuf],
+    only: &[String],
+    quick: bool,
+    over: &mballoc_lab::settings::Settings,
+) -> Result<(Vec<mballoc_lab::fidelity::Case>, Vec<mballoc_lab::loop_mount::Image>)> {
+    use mballoc_lab::fidelity::{self, Case, Ext4Config};
+    anyhow::ensure!(
+        files.is_empty() || only.is_empty(),
+        "--case names built-in cases: give workloads or --case, not both"
+    );
+    let mut expanded: Vec<mballoc_lab::loop_mount::Image> = Vec::new();
+    let cases: Vec<Case> = if files.is_empty() {
+        fidelity::builtin_named(quick, only)?
+            .into_iter()
+            .map(|mut c| {
+                c.ext4.extend(&Ext4Config::from_settings(over));
+                c
+            })
+            .collect()
+    } else {
+        files
+            .iter()
+            .map(|f| -> Result<Case> {
+                if f.join("record.toml").exists() {
+                    let (case, image) = mballoc_lab::fidelity::record::case_of(f, over)?;
+                    expanded.push(image);
+                    return Ok(case);
+                }
+                let text = std::fs::read_to_string(f).with_context(|| f.display().to_string())?;
+                let name = f.file_stem().map_or("workload".into(), |s| s.to_string_lossy().into_owned());
+                if Trace::is_trace(&text) {
+                    let mut c = Case::from_trace(&name, Trace::parse(&text)?);
+                    c.ext4.extend(&Ext4Config::from_settings(over));
+                    return Ok(c);
+                }
+                // A workload's own [ext4] table and image, under --set.
+                let mut w = Workload::from_toml(&text)?;
+                let mut settings = w.settings()?;
+                settings.extend(over);
+                let ext4 = Ext4Config::from_settings(&settings);
+                ext4.check(&settings).with_context(|| f.display().to_string())?;
+                if let Some(img) = w.image.clone() {
+                    mballoc_lab::scenarios::StartImage::open(&img)?.apply(&mut w);
+                }
+                let mut c = Case::from_trace(&name, Trace::from_workload(&w, 10_000_000)?);
+                c.ext4 = ext4;
+                c.image = w.image.clone();
+                Ok(c)
+            })
+            .collect::<Result<_>>()?
+    };
+    Ok((cases, expanded))
 }

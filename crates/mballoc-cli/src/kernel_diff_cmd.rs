@@ -1,5 +1,6 @@
-//! `mballoc lab kernel-diff A B`: two kernels' profiles on the same cases,
-//! where their answers first part and which rule parts them.
+//! `mballoc lab kernel-diff A B [WORKLOAD...]`: two kernels' profiles on
+//! the same cases (the built-in ones, or workloads, traces and
+//! recordings), where their answers first part and which rule parts them.
 
 use anyhow::Result;
 use clap::Args;
@@ -13,6 +14,9 @@ pub struct KernelDiffArgs {
     a: KernelVersion,
     /// The second kernel's release (`6.12`).
     b: KernelVersion,
+    /// TOML workloads, traces or recordings (`mballoc lab record`) to
+    /// compare on; the built-in fidelity cases when none is given.
+    workloads: Vec<std::path::PathBuf>,
     /// Only these built-in fidelity cases (by name; repeatable); all of
     /// them by default.
     #[arg(long = "case", value_name = "NAME")]
@@ -31,12 +35,17 @@ pub struct KernelDiffArgs {
 
 /// Run it.
 pub fn run(args: &KernelDiffArgs) -> Result<()> {
-    let cases = fidelity::builtin_named(args.quick, &args.cases)?;
+    let over = mballoc_lab::settings::Settings::default();
+    if args.workloads.is_empty() {
+        // Names checked before the root check, as everywhere.
+        fidelity::builtin_named(args.quick, &args.cases)?;
+    }
     if !mballoc_lab::sys::is_root() {
         println!("kernel-diff: skipped (needs root: the cases' images are made with loop mounts)");
         return Ok(());
     }
     crate::plan::clean_up_on_signal()?;
+    let (cases, _images) = crate::fidelity_cmd::cases_of(&args.workloads, &args.cases, args.quick, &over)?;
     let cpus = args.cpus.unwrap_or_else(fidelity::possible_cpus);
     let mut diffs: Vec<CaseDiff> = Vec::new();
     for case in &cases {

@@ -457,3 +457,30 @@ fn every_scenario_listed_can_be_shown() {
         assert!(shown.status.success() && !shown.stdout.is_empty(), "lab show {name}: {}", text(&shown));
     }
 }
+
+#[test]
+fn kernel_diff_takes_a_workload_of_ones_own() {
+    let dir = scratch("kernel-diff");
+    let w = dir.join("appenders.toml");
+    // The appenders without their [engine] table: fidelity cases take
+    // only ext4 settings.
+    std::fs::write(&w, APPENDERS.split("[engine]").next().unwrap()).unwrap();
+    let w = w.to_str().unwrap();
+    // --case names built-in cases: refused beside a workload, root or not.
+    let both = mballoc(&["lab", "kernel-diff", "6.1", "6.18", w, "--case", "small-files"]);
+    if !mballoc_lab::sys::is_root() {
+        println!("skipped kernel_diff_takes_a_workload_of_ones_own: needs root for the case's image");
+        return;
+    }
+    assert!(!both.status.success() && text(&both).contains("not both"), "{}", text(&both));
+    let o = mballoc(&["lab", "kernel-diff", "6.1", "6.18", w, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let diffs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let diffs = diffs.as_array().unwrap();
+    assert_eq!(diffs.len(), 1);
+    assert_eq!(diffs[0]["case"], "appenders");
+    // 6.1 and 6.18 differ in two rules (CR_BEST_AVAIL_LEN, stream goals
+    // per CPU); each is named with its verdict.
+    assert_eq!(diffs[0]["rules"].as_array().unwrap().len(), 2, "{}", diffs[0]["rules"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
