@@ -131,11 +131,22 @@ fn mount_with_fusermount(spec: &MountSpec<'_>) -> Result<Channel> {
     bail!("fusermount3 mounted {} but sent no connection", spec.dir.display())
 }
 
-/// Unmount `dir`; `lazy` detaches it even while it is busy.
+/// Unmount `dir`; `lazy` detaches it even while it is busy. A mount still
+/// busy is tried again for up to two seconds before the error is given:
+/// a file its last user closed a moment ago can still hold it while the
+/// kernel finishes releasing it (seen under load right after a read).
 pub fn unmount(dir: &Path, lazy: bool) -> Result<()> {
     if nix::unistd::geteuid().is_root() {
         let flags = if lazy { MntFlags::MNT_DETACH } else { MntFlags::empty() };
-        return nix::mount::umount2(dir, flags).with_context(|| format!("umount {}", dir.display()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            match nix::mount::umount2(dir, flags) {
+                Err(nix::errno::Errno::EBUSY) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                r => return r.with_context(|| format!("umount {}", dir.display())),
+            }
+        }
     }
     let mut cmd = Command::new("fusermount3");
     cmd.arg("-u");
