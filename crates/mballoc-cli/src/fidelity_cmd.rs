@@ -84,11 +84,10 @@ pub struct FidelityShard {
 /// `mballoc lab fidelity`: each case on ext4 and on the engine's kernel
 /// profile, compared.
 pub fn run(args: &FidelityArgs) -> Result<()> {
-    let FidelityArgs { workloads: files, quick, cases: only, json, require, set, .. } = args;
-    let (quick, json, require, out, keep) = (*quick, *json, *require, &args.out, args.keep.as_deref());
+    let (quick, json, require, out, keep) = (args.quick, args.json, args.require, &args.out, args.keep.as_deref());
     anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
     use mballoc_lab::fidelity::{self, Ext4Config};
-    let over = mballoc_lab::settings::Settings::from_assignments(set)?;
+    let over = mballoc_lab::settings::Settings::from_assignments(&args.set)?;
     // Refused before anything runs, root or not.
     Ext4Config::from_settings(&over).check(&over)?;
     if !mballoc_lab::sys::is_root() {
@@ -102,7 +101,7 @@ pub fn run(args: &FidelityArgs) -> Result<()> {
         std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim()
     );
     // Recordings' images, expanded for the run.
-    let (cases, _expanded) = cases_of(files, only, quick, &over)?;
+    let (cases, _expanded) = cases_of(&args.workloads, &args.cases, quick, &over)?;
     let weights: Vec<f64> =
         cases.iter().map(|c| 1.0 + c.trace.streams.iter().map(Vec::len).sum::<usize>() as f64).collect();
     let chosen: Vec<usize> = match args.shard {
@@ -132,20 +131,8 @@ pub fn run(args: &FidelityArgs) -> Result<()> {
     let run = FidelityShard { quick, detail: args.detail, require, results };
     match args.shard {
         Some(sh) => {
-            let file = ShardFile::new("lab fidelity", sh, header, cases.iter().map(|c| c.name.clone()).collect(), run);
-            let path = sh.file_in(out);
-            file.write(&path)?;
-            if json {
-                println!("{}", file.json());
-            } else {
-                println!(
-                    "shard {sh}: {} of the run's {} cases in {}; `mballoc lab merge` with every shard's file makes the report",
-                    file.run.results.len(),
-                    file.cells.len(),
-                    path.display()
-                );
-            }
-            Ok(())
+            let names = cases.iter().map(|c| c.name.clone()).collect();
+            ShardFile::new("lab fidelity", sh, header, names, run).save(out, chosen.len(), json)
         }
         None => {
             let how = Concluding { quick, json, require };

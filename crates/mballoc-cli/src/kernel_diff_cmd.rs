@@ -35,17 +35,14 @@ pub struct KernelDiffArgs {
 
 /// Run it.
 pub fn run(args: &KernelDiffArgs) -> Result<()> {
-    let over = mballoc_lab::settings::Settings::default();
-    if args.workloads.is_empty() {
-        // Names checked before the root check, as everywhere.
-        fidelity::builtin_named(args.quick, &args.cases)?;
-    }
+    // Names and workloads checked before the root check, as everywhere.
+    let (cases, _images) =
+        crate::fidelity_cmd::cases_of(&args.workloads, &args.cases, args.quick, &Default::default())?;
     if !mballoc_lab::sys::is_root() {
         println!("kernel-diff: skipped (needs root: the cases' images are made with loop mounts)");
         return Ok(());
     }
     crate::plan::clean_up_on_signal()?;
-    let (cases, _images) = crate::fidelity_cmd::cases_of(&args.workloads, &args.cases, args.quick, &over)?;
     let cpus = args.cpus.unwrap_or_else(fidelity::possible_cpus);
     let mut diffs: Vec<CaseDiff> = Vec::new();
     for case in &cases {

@@ -190,19 +190,7 @@ impl Plan {
         }
         let Some(sh) = out.shard else { return Ok(Some(report)) };
         let names = cells.into_iter().map(|c| c.2).collect();
-        let file = ShardFile::new("lab run", sh, header, names, meta);
-        let path = sh.file_in(&out.out);
-        file.write(&path)?;
-        if out.json {
-            println!("{}", file.json());
-        } else {
-            println!(
-                "shard {sh}: {} of the run's {} cells in {}; `mballoc lab merge` with every shard's file makes the report",
-                chosen.len(),
-                file.cells.len(),
-                path.display()
-            );
-        }
+        ShardFile::new("lab run", sh, header, names, meta).save(&out.out, chosen.len(), out.json)?;
         Ok(None)
     }
 
@@ -383,28 +371,26 @@ impl RunMeta {
     }
 }
 
-/// This process's command line, each argument quoted for a POSIX shell
-/// where it needs it, so the line runs again as printed.
 /// `mballoc lab merge` of a `lab run`'s shard files: the report the run
 /// makes on one machine, its tables printed unless `json`.
 pub fn merge(files: Vec<ShardFile<RunMeta>>, json: bool) -> Result<Report> {
     let header = crate::shard::merged_header(&files);
-    let jobs = files[0].run.jobs.clone();
+    let run = &files[0].run;
     let meta = RunMeta {
-        seed: files[0].run.seed,
-        jobs,
-        settings: files[0].run.settings.clone(),
-        swept: files[0].run.swept.clone(),
+        seed: run.seed,
+        jobs: run.jobs.clone(),
+        settings: run.settings.clone(),
+        swept: run.swept.clone(),
         cells: Vec::new(),
     };
     let cells = crate::shard::in_cell_order(files, |run| run.cells.into_iter().map(|c| (c.cell, c)).collect())?;
+    let mut parts: Vec<Vec<_>> = meta.jobs.iter().map(|_| Vec::new()).collect();
+    for c in cells {
+        let r = ScenarioReport::from_stored(c.report).context("a damaged cell in a shard file")?;
+        parts.get_mut(c.job).context("a shard file's cell names a job the run does not have")?.push((c.assign, r));
+    }
     let mut report = Report { seed: meta.seed, quick: meta.quick(), scenarios: vec![], header };
-    for k in 0..meta.jobs.len() {
-        let mut parts = Vec::new();
-        for c in cells.iter().filter(|c| c.job == k) {
-            let r = ScenarioReport::from_stored(c.report.clone()).context("a damaged cell in a shard file")?;
-            parts.push((c.assign.clone(), r));
-        }
+    for (k, parts) in parts.into_iter().enumerate() {
         if let Some(r) = meta.assemble(k, parts) {
             if !json {
                 println!("{}", r.text());
@@ -415,7 +401,9 @@ pub fn merge(files: Vec<ShardFile<RunMeta>>, json: bool) -> Result<Report> {
     Ok(report)
 }
 
-/// A sharded run's line is the whole run's: without `--shard`.
+/// This process's command line, each argument quoted for a POSIX shell
+/// where it needs it, so the line runs again as printed. A sharded run's
+/// line is the whole run's: without `--shard`.
 pub fn command_line() -> String {
     crate::shard::without_shard(&std::env::args().collect::<Vec<_>>())
         .into_iter()

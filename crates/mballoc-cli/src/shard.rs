@@ -89,14 +89,15 @@ pub struct MergeArgs {
 /// `mballoc lab merge`: the report of a sharded `lab run` or `lab
 /// fidelity` from its shard files.
 pub fn merge(a: &MergeArgs) -> Result<()> {
-    match kind_of(&a.files[0])?.as_str() {
+    let (kind, docs) = read_documents(&a.files)?;
+    match kind.as_str() {
         "lab run" => {
-            let report = crate::plan::merge(ShardFile::read_all(&a.files)?, a.json)?;
+            let report = crate::plan::merge(ShardFile::from_documents(docs)?, a.json)?;
             crate::plan::write_report(&report, &a.out, a.csv.as_deref(), a.json)
         }
         "lab fidelity" => {
             ensure!(a.csv.is_none(), "--csv: a fidelity run's report has no CSV form");
-            crate::fidelity_cmd::merge(ShardFile::read_all(&a.files)?, &a.out, a.json)
+            crate::fidelity_cmd::merge(ShardFile::from_documents(docs)?, &a.out, a.json)
         }
         other => bail!("{}: shards of {other:?}, which this version cannot merge", a.files[0].display()),
     }
@@ -139,25 +140,39 @@ impl<P: Serialize + serde::de::DeserializeOwned> ShardFile<P> {
         std::fs::write(path, self.json()).with_context(|| path.display().to_string())
     }
 
+    /// Write it, holding `here` of the run's cells, into the report
+    /// directory `out` under its shard's name, and say so: the document
+    /// itself on stdout with `json`, else a line.
+    pub fn save(&self, out: &Path, here: usize, json: bool) -> Result<()> {
+        let path = self.shard.file_in(out);
+        self.write(&path)?;
+        if json {
+            println!("{}", self.json());
+        } else {
+            println!(
+                "shard {}: {} of the run's {} cells in {}; `mballoc lab merge` with every shard's file makes the report",
+                self.shard,
+                here,
+                self.cells.len(),
+                path.display()
+            );
+        }
+        Ok(())
+    }
+
     /// The document.
     pub fn json(&self) -> String {
         serde_json::to_string_pretty(self).expect("shard files serialize")
     }
 
-    /// Read the shard files of one run, each shard exactly once, in shard
-    /// order; refused when they are of different runs or one is missing.
-    pub fn read_all(paths: &[PathBuf]) -> Result<Vec<ShardFile<P>>> {
-        ensure!(!paths.is_empty(), "no shard files given");
+    /// The shard files of one run from their documents (`(path, document)`,
+    /// as [`read_documents`] gives them), each shard exactly once, in
+    /// shard order; refused when they are of different runs or one is
+    /// missing.
+    pub fn from_documents(docs: Vec<(&PathBuf, serde_json::Value)>) -> Result<Vec<ShardFile<P>>> {
+        ensure!(!docs.is_empty(), "no shard files given");
         let mut files: Vec<(ShardFile<P>, &PathBuf)> = Vec::new();
-        for p in paths {
-            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).with_context(|| format!("{}: not JSON", p.display()))?;
-            ensure!(
-                v.get("format").and_then(|f| f.as_str()) == Some(FORMAT),
-                "{}: not a shard file of this version (its format field is not {FORMAT:?})",
-                p.display()
-            );
+        for (p, v) in docs {
             let f: ShardFile<P> =
                 serde_json::from_value(v).with_context(|| format!("{}: a damaged shard file", p.display()))?;
             files.push((f, p));
@@ -201,14 +216,29 @@ impl<P: Serialize + serde::de::DeserializeOwned> ShardFile<P> {
     }
 }
 
-/// The command a shard file's cells are of (`lab run`, `lab fidelity`).
-pub fn kind_of(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
-    v.get("kind")
+/// Each shard file's document, checked to be a shard file of this
+/// version, and the command their cells are of (`lab run`, `lab
+/// fidelity`; the first file's, which [`ShardFile::from_documents`] holds
+/// every other to).
+pub fn read_documents(paths: &[PathBuf]) -> Result<(String, Vec<(&PathBuf, serde_json::Value)>)> {
+    let mut docs = Vec::new();
+    for p in paths {
+        let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", p.display()))?;
+        ensure!(
+            v.get("format").and_then(|f| f.as_str()) == Some(FORMAT),
+            "{}: not a shard file of this version (its format field is not {FORMAT:?})",
+            p.display()
+        );
+        docs.push((p, v));
+    }
+    let (first, doc) = docs.first().context("no shard files given")?;
+    let kind = doc
+        .get("kind")
         .and_then(|k| k.as_str())
         .map(str::to_string)
-        .with_context(|| format!("{}: not a shard file (no kind field)", path.display()))
+        .with_context(|| format!("{}: not a shard file (no kind field)", first.display()))?;
+    Ok((kind, docs))
 }
 
 /// The merged run's header: the first shard's, begun when the earliest

@@ -252,12 +252,11 @@ impl Fs {
         self.windows_in_flight.iter().map(|c| c.load(Ordering::Acquire)).sum()
     }
 
-    /// Whether a window of `len` blocks may be taken now: a preallocation
-    /// never eats into blocks promised to others.
-    /// Under [`crate::config::LowSpace::Ext4`] always, as ext4 checks
-    /// nothing here: a window may take blocks promised to delayed data,
-    /// and an allocation that then finds none gives every preallocation
-    /// back and tries again.
+    /// Whether a window of `len` blocks may be taken now: only where it
+    /// eats into no block promised to others, unless under
+    /// [`crate::config::LowSpace::Ext4`], where always, as ext4 checks
+    /// nothing here (an allocation that then finds none gives every
+    /// preallocation back and tries again).
     pub(super) fn may_preallocate(&self, len: u32) -> bool {
         matches!(self.cfg.storage.low_space, crate::config::LowSpace::Ext4 { .. })
             || self.alloc.free_blocks() >= self.space.reserved() + u64::from(len)

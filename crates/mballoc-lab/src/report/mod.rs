@@ -6,6 +6,7 @@
 
 mod page;
 mod plot;
+mod stored;
 mod table;
 
 use serde::{Deserialize, Serialize};
@@ -424,30 +425,6 @@ impl ScenarioReport {
         base
     }
 
-    /// The whole report as data, the columns, sections and plots that
-    /// the JSON document leaves out included: what a shard of a run
-    /// keeps for the merge.
-    pub fn stored(&self) -> Value {
-        serde_json::to_value(Stored {
-            report: self.clone(),
-            columns: self.columns.clone(),
-            sections: self.sections.clone(),
-            plots: self.plots.clone(),
-        })
-        .expect("reports serialize")
-    }
-
-    /// A report from [`ScenarioReport::stored`]'s data; the seed's
-    /// published tables come again from the scenario's name.
-    pub fn from_stored(v: Value) -> serde_json::Result<ScenarioReport> {
-        let Stored { mut report, columns, sections, plots } = serde_json::from_value(v)?;
-        report.published = crate::published::for_scenario(&report.name);
-        report.columns = columns;
-        report.sections = sections;
-        report.plots = plots;
-        Ok(report)
-    }
-
     /// Everything the terminal shows for this scenario.
     pub fn text(&self) -> String {
         let mut o = format!("== {}: {}\n", self.name, self.title);
@@ -472,15 +449,6 @@ impl ScenarioReport {
         }
         o
     }
-}
-
-/// [`ScenarioReport::stored`]'s form.
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    report: ScenarioReport,
-    columns: Vec<Column>,
-    sections: Vec<(String, String)>,
-    plots: Vec<Plot>,
 }
 
 /// The median of `v` (the mean of the middle two for an even count).

@@ -38,6 +38,14 @@ def _program(program: Optional[str]) -> str:
     return program or os.environ.get("MBALLOC") or shutil.which("mballoc") or "mballoc"
 
 
+def _output(cmd: List[str], cwd: Optional[str] = None) -> str:
+    """``cmd``'s standard output; ``RuntimeError`` with its message when it fails."""
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
 def run_shard(argv: Sequence[str], index: int, count: int, program: Optional[str] = None) -> str:
     """Run shard ``index`` (from 1) of ``count`` of the ``mballoc`` command
     ``argv`` (``["lab", "run", ...]`` or ``["lab", "fidelity", ...]``) and
@@ -56,11 +64,7 @@ def run_shard(argv: Sequence[str], index: int, count: int, program: Optional[str
         prog = _program(program)
         if os.sep in prog:
             prog = os.path.abspath(prog)
-        cmd = [prog, *argv, "--shard", f"{index}/{count}", "--out", "shard", "--json"]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
-        return done.stdout
+        return _output([prog, *argv, "--shard", f"{index}/{count}", "--out", "shard", "--json"], cwd=cwd)
 
 
 def merge(documents: Sequence[str], program: Optional[str] = None) -> Dict[str, Any]:
@@ -77,8 +81,5 @@ def merge(documents: Sequence[str], program: Optional[str] = None) -> Dict[str, 
                 f.write(doc)
             files.append(path)
         cmd = [_program(program), "lab", "merge", "--json", "--out", os.path.join(d, "report"), *files]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"mballoc lab merge exited {done.returncode}: {done.stderr.strip()}")
-        merged: Dict[str, Any] = json.loads(done.stdout)
+        merged: Dict[str, Any] = json.loads(_output(cmd))
         return merged
