@@ -5,8 +5,10 @@
 # sequential read, 4 KiB random write + fdatasync, and 4 KiB file
 # creation with an fsync every 100th file.
 #
-# usage: scripts/bench-mount-data.sh [REPEATS]
-#   REPEATS  runs of each measurement (default 3); medians and ranges
+# usage: [MOUNT_OPTIONS=LIST] scripts/bench-mount-data.sh [REPEATS]
+#   REPEATS        runs of each measurement (default 3); medians and ranges
+#   MOUNT_OPTIONS  `mballoc mount -o` options for the engine (e.g. uring,
+#                  busy_poll=0); none by default
 # Needs root, fuse3, fio, e2fsprogs. Both volumes are files in /dev/shm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,7 @@ mount_fs() { # engine|ext4 [fresh]
             mkfs.ext4 -q -F "$W/img"
         fi
     fi
-    if [ "$1" = engine ]; then "$M" mount "$W/img" "$W/mnt"; else mount -o loop "$W/img" "$W/mnt"; fi
+    if [ "$1" = engine ]; then "$M" mount ${MOUNT_OPTIONS:+-o "$MOUNT_OPTIONS"} "$W/img" "$W/mnt"; else mount -o loop "$W/img" "$W/mnt"; fi
 }
 
 unmount_fs() { # engine|ext4

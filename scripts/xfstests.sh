@@ -4,7 +4,10 @@
 # generic tests listed in scripts/xfstests.list, which all pass here. Exits
 # 1 on any failure of a listed test or any server panic (run.sh's verdict).
 #
-# usage: scripts/xfstests.sh [TEST...]    (default: the list)
+# usage: [XFSTESTS_MOUNT_OPTIONS=LIST] scripts/xfstests.sh [TEST...]
+#   TEST...                 default: the list
+#   XFSTESTS_MOUNT_OPTIONS  `mballoc mount -o` options for every mount the
+#                           tests make (e.g. uring, busy_poll=0)
 # Needs root and /dev/fuse; skipped with one line otherwise, or when the
 # xfstests glue is not beside the project.
 set -euo pipefail
@@ -25,7 +28,16 @@ fi
 cargo build --release -q -p mballoc-cli
 # The servers run a copy, so that a build meanwhile cannot change them.
 BIN=$(mktemp -d /tmp/mballoc-xfstests-bin.XXXXXX)
-cp target/release/mballoc "$BIN/mballoc"
+if [ -n "${XFSTESTS_MOUNT_OPTIONS:-}" ]; then
+    # The mount helper passes only a few options on; a wrapper adds these.
+    cp target/release/mballoc "$BIN/mballoc.real"
+    printf '#!/bin/sh\nif [ "$1" = mount ]; then shift; exec "%s" mount -o "%s" "$@"; fi\nexec "%s" "$@"\n' \
+        "$BIN/mballoc.real" "$XFSTESTS_MOUNT_OPTIONS" "$BIN/mballoc.real" > "$BIN/mballoc"
+    chmod +x "$BIN/mballoc"
+    echo "xfstests: every mount with -o $XFSTESTS_MOUNT_OPTIONS"
+else
+    cp target/release/mballoc "$BIN/mballoc"
+fi
 MBALLOC_BIN="$BIN/mballoc" "$GLUE/setup.sh" >/dev/null
 rm -f "${XFST_DIR:-/tmp/xfstests}"/logs/helper/server-*
 if [ $# -gt 0 ]; then

@@ -206,7 +206,13 @@ pub fn serve(args: &MountArgs) -> Result<()> {
             break;
         }
     });
-    let served = fuse::session::serve(ch, c.threads, server::VolumeFs::wanted(), &fs, &stats);
+    let served = fuse::session::serve(
+        ch,
+        fuse::session::Pool { threads: c.threads, busy_poll: c.busy_poll, uring: c.uring },
+        server::VolumeFs::wanted(),
+        &fs,
+        &stats,
+    );
     if c.stats {
         eprint!("mballoc mount: requests served on {}:\n{}", args.dir.display(), stats.report());
     }

@@ -58,6 +58,14 @@ pub struct MountConfig {
     pub profile: Profile,
     /// Threads serving requests.
     pub threads: usize,
+    /// How long one serving thread keeps polling for the next request
+    /// before it sleeps (`busy_poll=` microseconds, as Linux's
+    /// `net.core.busy_poll`); zero: every thread sleeps at once.
+    pub busy_poll: Duration,
+    /// Take requests over io_uring where the kernel offers it (`uring`;
+    /// Linux 6.14 on with the fuse module's `enable_uring` on), else
+    /// through `/dev/fuse` alone.
+    pub uring: bool,
     /// Longest time written data stays volatile without an fsync (ext4's
     /// `commit=`, default 5 s); zero: only fsync and unmount commit.
     pub commit: Duration,
@@ -82,6 +90,8 @@ impl Default for MountConfig {
             folio: 2 << 20,
             profile: Profile::Default,
             threads: default_threads(),
+            busy_poll: DEFAULT_BUSY_POLL,
+            uring: false,
             commit: Duration::from_secs(5),
             read_only: false,
             atime: Atime::Relatime,
@@ -124,12 +134,20 @@ impl MountConfig {
                 "strictatime" => self.atime = Atime::Strict,
                 "loop" => self.loop_device = true,
                 "stats" => self.stats = true,
+                "uring" => self.uring = true,
                 "folio" => self.folio = parse_size(need()?).context("folio=")?,
                 "threads" => {
                     self.threads = need()?.parse().context("threads=: a count")?;
                     if self.threads == 0 || self.threads > 256 {
                         bail!("threads={}: 1 to 256", self.threads);
                     }
+                }
+                "busy_poll" => {
+                    let us: u64 = need()?.parse().context("busy_poll=: microseconds")?;
+                    if us > 1_000_000 {
+                        bail!("busy_poll={us}: at most 1000000 microseconds");
+                    }
+                    self.busy_poll = Duration::from_micros(us);
                 }
                 "profile" => {
                     self.profile = match need()? {
@@ -144,7 +162,7 @@ impl MountConfig {
                 }
                 k => bail!(
                     "unknown mount option {k:?}; known: commit=SECS, ro, noatime, relatime, strictatime, \
-                     loop, stats, folio=SIZE, threads=N, profile=default|kernel, cache_bytes=N, dirty_bytes=N, \
+                     loop, stats, uring, folio=SIZE, threads=N, busy_poll=MICROS, profile=default|kernel, cache_bytes=N, dirty_bytes=N, \
                      and the engine's settings (mb_max_to_scan=N, ...: `mballoc lab settings` lists them)"
                 ),
             }
@@ -159,6 +177,7 @@ impl MountConfig {
             format!("commit={}", self.commit.as_secs()),
             format!("folio={}", self.folio),
             format!("threads={}", self.threads),
+            format!("busy_poll={}", self.busy_poll.as_micros()),
             format!("profile={}", self.profile.name()),
         ];
         if self.read_only {
@@ -175,10 +194,17 @@ impl MountConfig {
         if self.stats {
             v.push("stats".into());
         }
+        if self.uring {
+            v.push("uring".into());
+        }
         v.extend(self.settings.iter().cloned());
         v.join(",")
     }
 }
+
+/// How long a serving thread polls for the next request unless
+/// `busy_poll=` says (see `BusyPoll`).
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(200);
 
 /// Serving threads unless `threads=` says: two per CPU, from 4 to 16 (on
 /// two CPUs, 1 to 8 threads measured within the run-to-run spread on
@@ -208,11 +234,13 @@ mod tests {
     #[test]
     fn options_round_trip_and_bad_ones_are_named() {
         let mut c = MountConfig::default();
-        c.apply("commit=10,ro,noatime,folio=64K,threads=8,profile=kernel,loop,defaults,x-systemd.automount,mb_max_to_scan=50")
+        c.apply("commit=10,ro,noatime,uring,folio=64K,threads=8,busy_poll=50,profile=kernel,loop,defaults,x-systemd.automount,mb_max_to_scan=50")
             .unwrap();
         assert_eq!(c.settings, ["mb_max_to_scan=50"]);
         assert_eq!(c.commit, Duration::from_secs(10));
         assert!(c.read_only && c.atime == Atime::NoAtime && c.folio == 64 << 10 && c.threads == 8 && c.loop_device);
+        assert_eq!(c.busy_poll, Duration::from_micros(50));
+        assert!(c.uring);
         let mut d = MountConfig::default();
         d.apply(&c.to_options()).unwrap();
         assert_eq!(c, d);
@@ -221,6 +249,8 @@ mod tests {
             "commit=x",
             "bogus",
             "threads=0",
+            "busy_poll=x",
+            "busy_poll=2000000",
             "profile=xfs",
             "folio=4G",
             "mb_max_to_scan=0",

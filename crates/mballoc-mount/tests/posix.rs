@@ -54,13 +54,16 @@ fn on_ext4() -> Vec<String> {
     lines
 }
 
-fn on_mballoc() -> Vec<String> {
+/// The observations on an mballoc mount served as `config` says; and
+/// whether requests came over io_uring (a serving thread per CPU exists
+/// only once the kernel agreed to it).
+fn on_mballoc(config: MountConfig) -> (Vec<String>, bool) {
     let s = Scratch::in_memory("mballoc");
     let vol = s.join("vol");
     let opts = mballoc_vol::FormatOptions::default();
     mballoc_vol::mkfs(&vol, Some(512 << 20), &opts, mballoc_vol::Overwrite::Refuse).unwrap();
     let mnt = s.mount_point();
-    let args = MountArgs { volume: vol.clone(), dir: mnt.clone(), config: MountConfig::default() };
+    let args = MountArgs { volume: vol.clone(), dir: mnt.clone(), config };
     let server = std::thread::spawn(move || mballoc_mount::serve(&args));
     let t0 = Instant::now();
     while !mballoc_mount::is_mounted(&mnt).unwrap_or(false) {
@@ -69,12 +72,30 @@ fn on_mballoc() -> Vec<String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     let lines = run_checks(&mnt);
+    let over_uring = std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
+        let comm = std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap_or_default();
+        comm.starts_with("mballoc-uring-")
+    });
     mballoc_mount::umount(&mnt).unwrap();
     server.join().unwrap().unwrap();
     let dev = mballoc_vol::FileDevice::open(&vol, mballoc_vol::OpenMode::ReadOnly).unwrap();
     let report = mballoc_vol::check(&dev, mballoc_vol::Repair::No).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
-    lines
+    (lines, over_uring)
+}
+
+/// Every line of `ours` that differs from ext4's.
+fn differences(kernel: &[String], ours: &[String]) -> Vec<String> {
+    let mut differ = Vec::new();
+    for (k, o) in kernel.iter().zip(ours) {
+        if k != o {
+            differ.push(format!("  ext4:    {k}\n  mballoc: {o}"));
+        }
+    }
+    if kernel.len() != ours.len() {
+        differ.push(format!("  {} lines on ext4, {} on mballoc", kernel.len(), ours.len()));
+    }
+    differ
 }
 
 #[test]
@@ -84,17 +105,39 @@ fn the_mount_keeps_the_promises_ext4_keeps() {
         return;
     }
     let kernel = on_ext4();
-    let ours = on_mballoc();
-    let mut differ = Vec::new();
-    for (k, o) in kernel.iter().zip(&ours) {
-        if k != o {
-            differ.push(format!("  ext4:    {k}\n  mballoc: {o}"));
-        }
-    }
-    if kernel.len() != ours.len() {
-        differ.push(format!("  {} lines on ext4, {} on mballoc", kernel.len(), ours.len()));
-    }
+    let (ours, _) = on_mballoc(MountConfig::default());
+    let differ = differences(&kernel, &ours);
     eprintln!("{} observations compared with ext4", kernel.len());
     assert!(differ.is_empty(), "the mount differs from ext4:\n{}", differ.join("\n"));
     assert!(kernel.len() > 80, "only {} observations", kernel.len());
+}
+
+/// The same promises with requests over io_uring (`-o uring`), where the
+/// kernel serves FUSE that way (Linux 6.14 on, the fuse module's
+/// `enable_uring` on); and without busy polling, the other way threads
+/// wait.
+#[test]
+fn over_io_uring_and_without_busy_polling_the_mount_keeps_them_too() {
+    if let Err(why) = ready() {
+        eprintln!("skipped over_io_uring_and_without_busy_polling_the_mount_keeps_them_too: {why}");
+        return;
+    }
+    let kernel = on_ext4();
+    let sleeping = MountConfig { busy_poll: Duration::ZERO, ..MountConfig::default() };
+    let (ours, over_uring) = on_mballoc(sleeping);
+    assert!(!over_uring, "io_uring was not asked for");
+    let differ = differences(&kernel, &ours);
+    assert!(differ.is_empty(), "without busy polling the mount differs from ext4:\n{}", differ.join("\n"));
+    let enabled = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|s| s.trim() == "Y");
+    if !enabled {
+        eprintln!(
+            "skipped the io_uring half of over_io_uring_and_without_busy_polling_the_mount_keeps_them_too: \
+             the fuse module's enable_uring is not on"
+        );
+        return;
+    }
+    let (ours, over_uring) = on_mballoc(MountConfig { uring: true, ..MountConfig::default() });
+    assert!(over_uring, "the kernel offers FUSE over io_uring but no queue was served");
+    let differ = differences(&kernel, &ours);
+    assert!(differ.is_empty(), "over io_uring the mount differs from ext4:\n{}", differ.join("\n"));
 }

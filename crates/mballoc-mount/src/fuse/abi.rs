@@ -136,6 +136,8 @@ pub mod init {
     pub const SETXATTR_EXT: u64 = 1 << 29;
     pub const INIT_EXT: u64 = 1 << 30;
     pub const DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+    /// Requests may come over io_uring (`fuse/uring.rs`).
+    pub const OVER_IO_URING: u64 = 1 << 41;
 }
 
 /// `fuse_open_out.open_flags`.
@@ -179,6 +181,10 @@ pub const DIRENT: usize = 24;
 #[derive(Debug)]
 pub struct Args<'a> {
     bytes: &'a [u8],
+    /// Where names and data are when they do not follow the fixed fields:
+    /// over io_uring the kernel puts an operation's fixed structure in
+    /// one buffer and the rest in another.
+    payload: Option<&'a [u8]>,
 }
 
 /// A request shorter than its opcode's structure, or a name without its
@@ -188,7 +194,19 @@ pub struct Malformed;
 
 impl<'a> Args<'a> {
     pub fn new(bytes: &'a [u8]) -> Args<'a> {
-        Args { bytes }
+        Args { bytes, payload: None }
+    }
+
+    /// Fixed fields from `fixed`, names and data from `payload`.
+    pub fn split(fixed: &'a [u8], payload: &'a [u8]) -> Args<'a> {
+        Args { bytes: fixed, payload: Some(payload) }
+    }
+
+    /// Names and data come next: go on in the payload, if it is apart.
+    fn variable(&mut self) {
+        if let Some(p) = self.payload.take() {
+            self.bytes = p;
+        }
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
@@ -219,6 +237,7 @@ impl<'a> Args<'a> {
 
     /// A zero-terminated name, without its zero.
     pub fn name(&mut self) -> Result<&'a [u8], Malformed> {
+        self.variable();
         let end = self.bytes.iter().position(|&b| b == 0).ok_or(Malformed)?;
         let name = self.take(end)?;
         self.take(1)?;
@@ -227,6 +246,7 @@ impl<'a> Args<'a> {
 
     /// Exactly `n` bytes.
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        self.variable();
         self.take(n)
     }
 }
@@ -267,6 +287,19 @@ impl Out {
     pub fn keep_data(&mut self, n: usize) {
         assert!(n <= self.data_len, "{n} bytes of {} filled", self.data_len);
         self.data_len = n;
+    }
+
+    /// Trade the data buffer for `buf` (which then holds the old one);
+    /// the data is empty afterwards. A READ over io_uring is read straight
+    /// into the entry's payload buffer this way.
+    pub fn swap_data(&mut self, buf: &mut Vec<u8>) {
+        std::mem::swap(&mut self.data, buf);
+        self.data_len = 0;
+    }
+
+    /// Bytes of data filled.
+    pub fn data_len(&self) -> usize {
+        self.data_len
     }
 
     /// The reply's body: the fields, then the data.

@@ -19,5 +19,6 @@ pub mod request;
 pub mod session;
 pub mod stats;
 mod sys;
+pub mod uring;
 
 pub use sys::attach_loop;

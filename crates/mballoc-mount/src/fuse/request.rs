@@ -215,15 +215,7 @@ impl<'a> Request<'a> {
         if buf.len() < IN_HEADER {
             return Err(BadRequest::Framing);
         }
-        let mut a = Args::new(buf);
-        let h = (|| -> Result<(Header, u16), Malformed> {
-            let (len, opcode, unique, nodeid) = (a.u32()?, a.u32()?, a.u64()?, a.u64()?);
-            let (uid, gid, pid, extlen) = (a.u32()?, a.u32()?, a.u32()?, a.u16()?);
-            a.skip(2)?;
-            Ok((Header { len, opcode, unique, nodeid, uid, gid, pid }, extlen))
-        })()
-        .map_err(|_| BadRequest::Framing)?;
-        let (header, extlen) = h;
+        let (header, extlen) = parse_header(buf)?;
         if header.len as usize != buf.len() {
             return Err(BadRequest::Framing);
         }
@@ -235,6 +227,37 @@ impl<'a> Request<'a> {
         let op = decode(header.opcode, args, setxattr_ext).map_err(|_| BadRequest::Arguments(header))?;
         Ok(Request { header, op })
     }
+
+    /// Decode a request that came over io_uring: the header in `header`,
+    /// the operation's fixed structure at the start of `fixed`, names,
+    /// data and extensions in `payload` (exactly the bytes the kernel
+    /// put there).
+    pub fn parse_split(
+        header: &'a [u8],
+        fixed: &'a [u8],
+        payload: &'a [u8],
+        setxattr_ext: bool,
+    ) -> Result<Request<'a>, BadRequest> {
+        let (header, extlen) = parse_header(header)?;
+        let body_end = payload.len().checked_sub(usize::from(extlen) * 8);
+        let Some(body_end) = body_end else { return Err(BadRequest::Arguments(header)) };
+        let args = Args::split(fixed, &payload[..body_end]);
+        let op = decode(header.opcode, args, setxattr_ext).map_err(|_| BadRequest::Arguments(header))?;
+        Ok(Request { header, op })
+    }
+}
+
+/// The header at the start of `buf`, and the length of the extensions
+/// (in 8-byte units) the request carries.
+fn parse_header(buf: &[u8]) -> Result<(Header, u16), BadRequest> {
+    let mut a = Args::new(buf);
+    (|| -> Result<(Header, u16), Malformed> {
+        let (len, opcode, unique, nodeid) = (a.u32()?, a.u32()?, a.u64()?, a.u64()?);
+        let (uid, gid, pid, extlen) = (a.u32()?, a.u32()?, a.u32()?, a.u16()?);
+        a.skip(2)?;
+        Ok((Header { len, opcode, unique, nodeid, uid, gid, pid }, extlen))
+    })()
+    .map_err(|_| BadRequest::Framing)
 }
 
 fn decode(opcode: u32, mut a: Args<'_>, setxattr_ext: bool) -> Result<Op<'_>, Malformed> {
@@ -426,6 +449,36 @@ mod tests {
         let b = request(45, &body);
         let r = Request::parse(&b, false).unwrap();
         assert!(matches!(r.op, Op::Rename { newdir: 5, flags: 2, name: b"a", newname: b"b" }));
+    }
+
+    #[test]
+    fn requests_split_as_io_uring_delivers_them_decode_the_same() {
+        // A write: fixed fields in the operation buffer (with whatever
+        // follows them there), the data in the payload.
+        let header = request(16, b"");
+        let mut write_in = vec![0xAAu8; 128];
+        write_in[..8].copy_from_slice(&3u64.to_ne_bytes());
+        write_in[8..16].copy_from_slice(&4096u64.to_ne_bytes());
+        write_in[16..20].copy_from_slice(&5u32.to_ne_bytes());
+        write_in[20..24].copy_from_slice(&0u32.to_ne_bytes());
+        let r = Request::parse_split(&header, &write_in, b"hello", false).unwrap();
+        assert!(matches!(r.op, Op::Write { fh: 3, offset: 4096, write_flags: 0, data: b"hello" }), "{:?}", r.op);
+        // A lookup has no fixed structure: its name is the payload.
+        let lookup = request(1, b"");
+        let r = Request::parse_split(&lookup, &[0xAA; 128], b"name\0", false).unwrap();
+        assert!(matches!(r.op, Op::Lookup { name: b"name" }));
+        // A create: four fixed words, then the name.
+        let mut fixed = vec![0u8; 128];
+        for (i, v) in [0o101u32, 0o644, 0o022, 0].iter().enumerate() {
+            fixed[4 * i..4 * i + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+        let create = request(35, b"");
+        let r = Request::parse_split(&create, &fixed, b"f\0", false).unwrap();
+        assert!(matches!(r.op, Op::Create { flags: 0o101, mode: 0o644, umask: 0o022, name: b"f", .. }));
+        // Short payloads are errors with the header kept for the answer.
+        let short = Request::parse_split(&header, &write_in, b"hell", false);
+        assert!(matches!(short, Err(BadRequest::Arguments(h)) if h.unique == 7));
+        assert_eq!(Request::parse_split(&[0; 8], &fixed, b"", false).unwrap_err(), BadRequest::Framing);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! server.
 
 use super::abi::{init, Out, KERNEL_MINOR, KERNEL_VERSION};
-use super::channel::{Channel, Received};
+use super::channel::{BusyPoll, Channel, Received};
 use super::request::{BadRequest, Header, Op, Request};
 use super::stats::RequestStats;
 use anyhow::{Context, Result};
@@ -63,29 +63,79 @@ pub trait Handler: Send + Sync {
     fn on_panic(&self, h: &Header);
 }
 
-/// Shake hands on `ch` and serve on `threads` threads until the file
-/// system is unmounted, counting every request in `stats`.
-pub fn serve(ch: Channel, threads: usize, wanted: Wanted, handler: &dyn Handler, stats: &RequestStats) -> Result<()> {
+/// The serving threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    /// How many.
+    pub threads: usize,
+    /// How long one of them keeps polling for a request before sleeping
+    /// (zero: never).
+    pub busy_poll: std::time::Duration,
+    /// Take requests over io_uring too, if the kernel offers it (a thread
+    /// per CPU beside `threads`; `uring`).
+    pub uring: bool,
+}
+
+/// Shake hands on `ch` and serve with `pool` until the file system is
+/// unmounted, counting every request in `stats`.
+pub fn serve(ch: Channel, pool: Pool, mut wanted: Wanted, handler: &dyn Handler, stats: &RequestStats) -> Result<()> {
+    if pool.uring {
+        wanted.flags |= init::OVER_IO_URING;
+    }
     let agreed = handshake(&ch, wanted)?;
     handler.init(&agreed);
+    let uring_queues = if agreed.flags & init::OVER_IO_URING != 0 {
+        super::uring::queue_count()?
+    } else {
+        if pool.uring {
+            let why = if super::uring::enabled_in_kernel() {
+                "the kernel did not offer it"
+            } else {
+                "the fuse module's enable_uring is off (Linux 6.14 on; root: echo Y > /sys/module/fuse/parameters/enable_uring)"
+            };
+            eprintln!("mballoc mount: no FUSE over io_uring: {why}; serving through /dev/fuse");
+        }
+        0
+    };
     // The largest request: the header, a WRITE's arguments and its data.
     let buf_len = agreed.max_write as usize + 4096 + 256;
     let mut channels = vec![ch];
-    for _ in 1..threads.max(1) {
+    for _ in 1..pool.threads.max(1) {
         channels.push(channels[0].clone_for_thread().context("cloning the FUSE connection for a thread")?);
     }
+    let busy = &BusyPoll::new(pool.busy_poll);
     let setxattr_ext = agreed.flags & init::SETXATTR_EXT != 0;
+    let session_fd = channels[0].file();
     std::thread::scope(|s| {
-        let workers: Vec<_> = channels
+        let mut workers: Vec<_> = channels
             .iter()
             .enumerate()
             .map(|(i, ch)| {
                 std::thread::Builder::new()
                     .name(format!("mballoc-fuse-{i}"))
-                    .spawn_scoped(s, move || worker(ch, buf_len, setxattr_ext, handler, stats))
+                    .spawn_scoped(s, move || worker(ch, buf_len, setxattr_ext, busy, handler, stats))
                     .context("starting a FUSE thread")
             })
             .collect();
+        for qid in 0..uring_queues {
+            let qid = u16::try_from(qid).context("more CPUs than FUSE queues")?;
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("mballoc-uring-{qid}"))
+                    .spawn_scoped(s, move || {
+                        super::uring::serve_queue(
+                            session_fd,
+                            qid,
+                            pool.busy_poll,
+                            buf_len,
+                            setxattr_ext,
+                            handler,
+                            stats,
+                        )
+                    })
+                    .context("starting a FUSE io_uring thread"),
+            );
+        }
         for w in workers {
             match w {
                 Ok(h) => h.join().map_err(|_| anyhow::anyhow!("a FUSE thread died"))??,
@@ -99,7 +149,7 @@ pub fn serve(ch: Channel, threads: usize, wanted: Wanted, handler: &dyn Handler,
 fn handshake(ch: &Channel, wanted: Wanted) -> Result<Agreed> {
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let n = match ch.receive(&mut buf).context("reading the kernel's INIT")? {
+        let n = match ch.receive(&mut buf, &BusyPoll::default()).context("reading the kernel's INIT")? {
             Received::Request(n) => n,
             Received::Gone => anyhow::bail!("the mount went away before INIT"),
         };
@@ -139,11 +189,18 @@ fn handshake(ch: &Channel, wanted: Wanted) -> Result<Agreed> {
     }
 }
 
-fn worker(ch: &Channel, buf_len: usize, setxattr_ext: bool, handler: &dyn Handler, stats: &RequestStats) -> Result<()> {
+fn worker(
+    ch: &Channel,
+    buf_len: usize,
+    setxattr_ext: bool,
+    busy: &BusyPoll,
+    handler: &dyn Handler,
+    stats: &RequestStats,
+) -> Result<()> {
     let mut buf = vec![0u8; buf_len];
     let mut out = Out::with_capacity(4096);
     loop {
-        let n = match ch.receive(&mut buf).context("reading a FUSE request")? {
+        let n = match ch.receive(&mut buf, busy).context("reading a FUSE request")? {
             Received::Request(n) => n,
             Received::Gone => return Ok(()),
         };
@@ -162,14 +219,7 @@ fn worker(ch: &Channel, buf_len: usize, setxattr_ext: bool, handler: &dyn Handle
         let h = req.header;
         out.clear();
         let t0 = std::time::Instant::now();
-        let answer = catch_unwind(AssertUnwindSafe(|| handler.handle(&h, req.op, &mut out)));
-        let answer = answer.unwrap_or_else(|_| {
-            // The panic hook has printed where; the handler decides what
-            // a bug means for the volume.
-            eprintln!("mballoc mount: request {} (opcode {}) hit a bug; answered EIO", h.unique, h.opcode);
-            let _ = catch_unwind(AssertUnwindSafe(|| handler.on_panic(&h)));
-            Answer::Error(libc::EIO)
-        });
+        let answer = answer(handler, &h, req.op, &mut out);
         let (failed, sent) = match answer {
             Answer::Reply => (false, out.len()),
             Answer::Error(_) => (true, 0),
@@ -182,4 +232,17 @@ fn worker(ch: &Channel, buf_len: usize, setxattr_ext: bool, handler: &dyn Handle
             Answer::Silent => {}
         }
     }
+}
+
+/// The handler's answer to one request; a panic (a bug) is answered EIO
+/// and reported to the handler.
+pub fn answer(handler: &dyn Handler, h: &Header, op: Op<'_>, out: &mut Out) -> Answer {
+    let a = catch_unwind(AssertUnwindSafe(|| handler.handle(h, op, out)));
+    a.unwrap_or_else(|_| {
+        // The panic hook has printed where; the handler decides what a
+        // bug means for the volume.
+        eprintln!("mballoc mount: request {} (opcode {}) hit a bug; answered EIO", h.unique, h.opcode);
+        let _ = catch_unwind(AssertUnwindSafe(|| handler.on_panic(h)));
+        Answer::Error(libc::EIO)
+    })
 }
