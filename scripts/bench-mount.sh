@@ -3,10 +3,12 @@
 # kernel ext4, in one run, both through system calls (the engine through
 # FUSE, so every call also crosses into this process and back).
 #
-# usage: scripts/bench-mount.sh [REPEATS] [FALLOCATE2_C]
-#   REPEATS       runs of each measurement (default 3); medians and ranges
-#   FALLOCATE2_C  will-it-scale's loop as a C file (default
-#                 ../shared/anchors/fallocate2.c); skipped if missing
+# usage: [MOUNT_OPTIONS=LIST] scripts/bench-mount.sh [REPEATS] [FALLOCATE2_C]
+#   REPEATS        runs of each measurement (default 3); medians and ranges
+#   FALLOCATE2_C   will-it-scale's loop as a C file (default
+#                  ../shared/anchors/fallocate2.c); skipped if missing
+#   MOUNT_OPTIONS  `mballoc mount -o` options for the engine (e.g. uring,
+#                  busy_poll=0); none by default
 # Needs root, fuse3, fio, gcc, e2fsprogs. Images live in /dev/shm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +30,7 @@ mount_fs() { # engine|ext4
     rm -f "$W/img"
     if [ "$1" = engine ]; then
         "$M" mkfs "$W/img" --size 2G >/dev/null
-        "$M" mount "$W/img" "$W/mnt"
+        "$M" mount ${MOUNT_OPTIONS:+-o "$MOUNT_OPTIONS"} "$W/img" "$W/mnt"
     else
         truncate -s 2G "$W/img"
         mkfs.ext4 -q -F "$W/img"

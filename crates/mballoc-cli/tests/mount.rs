@@ -233,8 +233,9 @@ fn mount_foreground(s: &Scratch, dir: &Path, extra: &[&str]) -> Child {
 
 /// What every round of the kill loop promised to keep: its fsynced file
 /// (with a hard link, a symbolic link and an extended attribute made
-/// before the fsync), and a file written and left idle for longer than
-/// the commit interval.
+/// before the fsync), a file written and left idle for longer than the
+/// commit interval, and one written as long ago and still open at the
+/// kill.
 fn assert_round_kept(mnt: &Path, r: u8) {
     let same = |path: &Path, byte: u8, len: usize, what: &str| {
         let got = std::fs::read(path).unwrap();
@@ -251,6 +252,7 @@ fn assert_round_kept(mnt: &Path, r: u8) {
         assert_eq!(x.stdout, vec![b'0' + r], "round {r}: the extended attribute");
     }
     same(&mnt.join(format!("idle{r}")), r + 100, 50_000, "data idle past the commit interval");
+    same(&mnt.join(format!("open{r}")), r + 50, 40_000, "data of a file still open, written past the interval");
 }
 
 /// The durability line, tried: every byte written before an fsync, or
@@ -280,6 +282,9 @@ fn a_killed_mount_keeps_what_its_durability_line_promises() {
         drop(f);
         // Written, closed, never fsynced; older than the interval at the kill.
         std::fs::write(mnt.join(format!("idle{round}")), vec![round + 100; 50_000]).unwrap();
+        // Written as long ago, never fsynced, and open until the kill.
+        let mut open = std::fs::File::create(mnt.join(format!("open{round}"))).unwrap();
+        open.write_all(&vec![round + 50; 40_000]).unwrap();
         std::thread::sleep(interval * 2 + Duration::from_millis(300));
         // Writes in flight when the server dies: no promise either way.
         let writer = {
@@ -297,6 +302,7 @@ fn a_killed_mount_keeps_what_its_durability_line_promises() {
         daemon.kill().unwrap(); // SIGKILL
         daemon.wait().unwrap();
         writer.join().unwrap();
+        drop(open);
         let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(&mnt).status();
         // What the next mount will replay is no problem for check.
         let out = Command::new(BIN).args(["check", &s.vol()]).output().unwrap();

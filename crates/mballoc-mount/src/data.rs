@@ -6,8 +6,10 @@
 //! times, `fallocate` modes at and past the end of the file.
 //!
 //! The kernel's page cache is left out of the write path (no writeback
-//! caching), so buffered writes reach the volume's folio cache as they
-//! are made, and `O_DIRECT` opens go to the device unbuffered.
+//! caching), so buffered writes reach the volume as they are made: its
+//! folio cache, or straight to their blocks for whole blocks of
+//! [`crate::MOUNT_WRITE_THROUGH_BYTES`] or more (the volume's
+//! `write_through_bytes`); `O_DIRECT` opens go to the device unbuffered.
 
 use crate::fuse::abi::{
     fattr, put_entry, Out, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, OPEN_KILL_SUIDGID, WRITE_KILL_SUIDGID,

@@ -46,7 +46,7 @@ impl Volume {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        let (bs, fsz) = (self.block_size(), u64::from(self.opts.folio_size));
+        let fsz = u64::from(self.opts.folio_size);
         let end = offset.checked_add(data.len() as u64).ok_or_else(|| {
             VolError::InvalidArgument(format!("a write of {} bytes at {offset} passes 2^64", data.len()))
         })?;
@@ -63,27 +63,7 @@ impl Volume {
         // A write can split one extent in three.
         self.admit_records(f, 2)?;
         self.fs.write(f, offset, data.len() as u64)?;
-        let mut at = 0usize;
-        let mut newly_dirty = 0;
-        let kept_before = fc.kept();
-        while at < data.len() {
-            let pos = offset + at as u64;
-            let idx = pos / fsz;
-            let in_folio = (pos % fsz) as usize;
-            let n = (fsz as usize - in_folio).min(data.len() - at);
-            let folio = fc.folios.get_mut(&idx).expect("loaded above");
-            folio.write(in_folio, &data[at..at + n]);
-            let (b0, b1) = (in_folio as u64 / bs, ((in_folio + n) as u64).div_ceil(bs));
-            for b in b0..b1 {
-                if folio.set_dirty(b as usize) {
-                    newly_dirty += 1;
-                }
-            }
-            at += n;
-        }
-        fc.dirty_blocks += newly_dirty;
-        self.cached.fetch_add(fc.kept() - kept_before, Ordering::AcqRel);
-        let dirty = self.dirty.fetch_add(newly_dirty * bs, Ordering::AcqRel) + newly_dirty * bs;
+        let dirty = self.copy_in(&mut fc, offset, data);
         // The write is done; what follows only keeps the cache in its
         // limits, and a failure of it is met again by the next call.
         if dirty > self.opts.dirty_bytes {
@@ -98,6 +78,33 @@ impl Volume {
             let _ = self.balance(f);
         }
         Ok(())
+    }
+
+    /// Copy `data` into the file's folios at `offset` (all loaded) and mark
+    /// its blocks dirty; returns the volume's dirty bytes after.
+    pub(crate) fn copy_in(&self, fc: &mut FileCache, offset: u64, data: &[u8]) -> u64 {
+        let (bs, fsz) = (self.block_size(), u64::from(self.opts.folio_size));
+        let mut at = 0usize;
+        let mut newly_dirty = 0;
+        let kept_before = fc.kept();
+        while at < data.len() {
+            let pos = offset + at as u64;
+            let idx = pos / fsz;
+            let in_folio = (pos % fsz) as usize;
+            let n = (fsz as usize - in_folio).min(data.len() - at);
+            let folio = fc.folios.get_mut(&idx).expect("the caller loaded every folio of the range");
+            folio.write(in_folio, &data[at..at + n]);
+            let (b0, b1) = (in_folio as u64 / bs, ((in_folio + n) as u64).div_ceil(bs));
+            for b in b0..b1 {
+                if folio.set_dirty(b as usize) {
+                    newly_dirty += 1;
+                }
+            }
+            at += n;
+        }
+        fc.dirty_blocks += newly_dirty;
+        self.cached.fetch_add(fc.kept() - kept_before, Ordering::AcqRel);
+        self.dirty.fetch_add(newly_dirty * bs, Ordering::AcqRel) + newly_dirty * bs
     }
 
     /// Write back and drop clean folios of other files until the cache is

@@ -1,7 +1,13 @@
-//! Unbuffered I/O (`O_DIRECT`): block-aligned ranges straight to and from
-//! the device. A write allocates the holes unwritten, writes the data,
-//! then records the blocks written; cached copies are written back and
-//! dropped first so neither path sees a stale copy.
+//! I/O that bypasses the folio cache: unbuffered I/O (`O_DIRECT`), and
+//! buffered writes long enough to stream (`write_through_bytes`). Both
+//! take block-aligned ranges straight to and from the device; cached
+//! copies are written back and dropped first so neither path sees a stale
+//! copy. An unbuffered write allocates the holes unwritten, writes the
+//! data, then records the blocks written. A streamed write is a buffered
+//! write written back at once: its blocks are reserved and allocated as
+//! writeback allocates delayed blocks (the same policy, and the place a
+//! writeback of that write alone gives it), so only the copy through a
+//! folio is saved.
 
 use crate::cache::FileCache;
 use crate::error::{Result, VolError};
@@ -60,6 +66,68 @@ impl Volume {
             self.fs.truncate(f, offset + len)?;
         }
         Ok(())
+    }
+
+    /// A buffered write of whole blocks written straight to its blocks:
+    /// reserved as delayed, allocated as writeback allocates, written from
+    /// `data`, then recorded written and the size logged, as writeback
+    /// records a folio's blocks.
+    pub(crate) fn write_streamed(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
+        self.writable()?;
+        let len = data.len() as u64;
+        self.check_aligned(offset, len)?;
+        let cache = self.cache_of(f);
+        let mut fc = cache.lock();
+        self.zero_tail_before_growth(f, &mut fc, offset + len)?;
+        if !fc.folios.is_empty() {
+            self.invalidate(f, &mut fc)?;
+        }
+        // A write can split one extent in three.
+        self.admit_records(f, 2)?;
+        self.fs.write(f, offset, len)?;
+        // Nothing else of the file is delayed (the cache was written back),
+        // so this allocates exactly the blocks just reserved. Should it
+        // fail, the reserved blocks wait in the cache like any write's.
+        if self.engine(self.fs.writeback(f)).is_err() {
+            return self.cache_instead(f, &mut fc, offset, data);
+        }
+        let bs = self.block_size();
+        let (first, end) = (offset / bs, (offset + len) / bs);
+        for e in self.fs.lookup(f, first, end)? {
+            let (a, b) = (e.logical.max(first), e.logical_end().min(end));
+            let p = e.physical_of(a);
+            let bytes = &data[((a - first) * bs) as usize..((b - first) * bs) as usize];
+            if self.dev.write_at(p * bs, bytes).is_err() {
+                return self.cache_instead(f, &mut fc, offset, data);
+            }
+            self.data_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            self.data_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.log.data_written.store(true, Ordering::Release);
+        self.fs.mark_written(f, offset, len)?;
+        self.engine(self.fs.log_size(f))
+    }
+
+    /// A streamed write the device refused (or whose blocks could not be
+    /// mapped): its data waits in the cache as any buffered write's does,
+    /// for a writeback whose error, if the device fails again, fsync
+    /// reports. The write itself succeeded, as a buffered write succeeds
+    /// before its writeback; nothing it was given is lost.
+    fn cache_instead(&self, f: FileId, fc: &mut FileCache, offset: u64, data: &[u8]) -> Result<()> {
+        let fsz = u64::from(self.opts.folio_size);
+        for idx in offset / fsz..(offset + data.len() as u64).div_ceil(fsz) {
+            self.folio_mut(f, fc, idx)?;
+        }
+        self.copy_in(fc, offset, data);
+        Ok(())
+    }
+
+    /// Whether a buffered write of `len` bytes at `offset` is streamed
+    /// ([`crate::MountOptions::write_through_bytes`]).
+    pub(crate) fn streams(&self, offset: u64, len: usize) -> bool {
+        let min = self.opts.write_through_bytes;
+        let bs = self.block_size();
+        min > 0 && len as u64 >= min && offset.is_multiple_of(bs) && (len as u64).is_multiple_of(bs)
     }
 
     /// Unbuffered read (`O_DIRECT`): block-aligned, straight from the

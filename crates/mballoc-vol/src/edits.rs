@@ -109,6 +109,7 @@ impl Volume {
         // As the VFS does before the change: privileges go first.
         let dropped = self.drop_privileges(f, set_id)?;
         match edit {
+            Edit::Write { offset, data } if self.streams(offset, data.len()) => self.write_streamed(f, offset, data)?,
             Edit::Write { offset, data } => self.write_cached(f, offset, data)?,
             Edit::WriteDirect { offset, data } => self.write_uncached(f, offset, data)?,
             Edit::Truncate { size } => self.resize(f, size)?,

@@ -45,6 +45,12 @@ pub struct MountOptions {
     pub cache_bytes: u64,
     /// Dirty bytes before a writer writes back.
     pub dirty_bytes: u64,
+    /// Buffered writes of whole blocks at least this long go straight to
+    /// their blocks, allocated as writeback would allocate them, without
+    /// a copy through the cache; 0: every buffered write is cached. The
+    /// mount streams from 256 KiB; the library caches every write unless
+    /// told.
+    pub write_through_bytes: u64,
     /// Engine operations between journal commits; 0 commits only on
     /// fsync, sync, unmount and the commit interval.
     pub commit_interval_ops: u64,
@@ -66,6 +72,7 @@ impl Default for MountOptions {
             folio_size: 2 << 20,
             cache_bytes: 512 << 20,
             dirty_bytes: 128 << 20,
+            write_through_bytes: 0,
             commit_interval_ops: 1000,
             commit: std::time::Duration::from_secs(5),
             settings: Vec::new(),
@@ -75,7 +82,7 @@ impl Default for MountOptions {
 
 impl MountOptions {
     /// Set one option by name, as text: `access` (`rw`, `ro`,
-    /// `snapshot`), `folio_size`, `cache_bytes`, `dirty_bytes` (bytes),
+    /// `snapshot`), `folio_size`, `cache_bytes`, `dirty_bytes`, `write_through_bytes` (bytes),
     /// `commit` (seconds, fractions allowed), `commit_interval_ops`, or
     /// any engine setting of [`mballoc_fs::SETTINGS`] that a mount may
     /// choose (`profile`, the allocator's tunables, placement and
@@ -114,6 +121,7 @@ impl MountOptions {
             }
             "cache_bytes" => self.cache_bytes = bytes()?,
             "dirty_bytes" => self.dirty_bytes = bytes()?,
+            "write_through_bytes" => self.write_through_bytes = bytes()?,
             "commit_interval_ops" => self.commit_interval_ops = bytes()?,
             "commit" => {
                 let secs = value.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9);
@@ -121,7 +129,7 @@ impl MountOptions {
             }
             _ => {
                 let s = mballoc_fs::setting(key).ok_or_else(|| {
-                    bad("no such option (mount options: access, folio_size, cache_bytes, dirty_bytes, commit, \
+                    bad("no such option (mount options: access, folio_size, cache_bytes, dirty_bytes, write_through_bytes, commit, \
                          commit_interval_ops; or an engine setting)"
                         .into())
                 })?;

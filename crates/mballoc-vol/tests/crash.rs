@@ -93,7 +93,11 @@ fn workload_on(seed: u64, ops: u64, opts: &FormatOptions) -> (Model, Arc<Recordi
     Volume::format(fresh.clone(), opts).unwrap();
     let dev = Arc::new(RecordingDevice::new(fresh.to_bytes()));
     let folio = [1024u32, 4096, 65536][(seed % 3) as usize];
-    let vol = Volume::open(dev.clone(), mount_opts(folio)).unwrap();
+    // Every other seed streams buffered writes of two blocks or more
+    // straight to their blocks (the mount's write-through path).
+    let streamed = seed % 2 == 1;
+    let opts = MountOptions { write_through_bytes: if streamed { 2 * BS } else { 0 }, ..mount_opts(folio) };
+    let vol = Volume::open(dev.clone(), opts).unwrap();
     let mut m = Model { files: Vec::new(), marks: Default::default() };
     for _ in 0..ops {
         let start = dev.events();
@@ -110,8 +114,13 @@ fn workload_on(seed: u64, ops: u64, opts: &FormatOptions) -> (Model, Arc<Recordi
         let size = data.len() as u64;
         let modified = match pick {
             8..=44 => {
-                let off = rng.gen_range(0..=size + 8192).min(600_000);
-                let len = rng.gen_range(1..24_000);
+                let mut off = rng.gen_range(0..=size + 8192).min(600_000);
+                let mut len = rng.gen_range(1..24_000);
+                if pick < 20 {
+                    // Whole blocks: streamed where the mount streams.
+                    off = off / BS * BS;
+                    len = (len as u64 / BS).max(1) as usize * BS as usize;
+                }
                 let bytes = fill(&mut rng, len);
                 match vol.write(f, off, &bytes) {
                     Ok(()) => {
@@ -339,4 +348,52 @@ fn long_runs_are_written_in_bounded_pieces_and_read_back() {
         assert_eq!(vol.read(f, 4096, &mut back).unwrap(), data.len());
         assert!(back == data, "folio {folio}: data differs after remount");
     }
+}
+
+/// A streamed write (`write_through_bytes`) is on the device when the call
+/// returns, placed where a writeback of the same write would place it,
+/// and reads back before and after a remount; shorter or unaligned writes
+/// are cached as before.
+#[test]
+fn streamed_writes_reach_their_blocks_at_once_where_writeback_would_put_them() {
+    let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    let mut placed = Vec::new();
+    for min in [0, 64 << 10] {
+        let dev = Arc::new(MemDevice::new(64 << 20));
+        Volume::format(dev.clone(), &format_opts()).unwrap();
+        let opts = MountOptions {
+            write_through_bytes: min,
+            cache_bytes: 8 << 20,
+            dirty_bytes: 4 << 20,
+            ..mount_opts(64 << 10)
+        };
+        let vol = Volume::open(dev.clone(), opts.clone()).unwrap();
+        let f = vol.create().unwrap();
+        vol.write(f, 8192, &data).unwrap();
+        let on_device = vol.stats().data_bytes;
+        if min == 0 {
+            // The writeback of that write alone, for the placement.
+            vol.fsync(f).unwrap();
+        }
+        let written = vol.stats().data_bytes;
+        // An unaligned write and a short one stay in the cache either way.
+        vol.write(f, 8192 + data.len() as u64 + 100, &[9u8; 70_000]).unwrap();
+        vol.write(f, 0, &[5u8; 4096]).unwrap();
+        assert_eq!(vol.stats().data_bytes, written, "write_through_bytes={min}: cached writes reached the device");
+        if min == 0 {
+            assert_eq!(on_device, 0, "nothing streamed when write_through_bytes=0");
+        } else {
+            assert_eq!(on_device, data.len() as u64, "the streamed write is on the device");
+        }
+        vol.fsync(f).unwrap();
+        let streamed_run = vol.extents(f).unwrap().into_iter().find(|e| e.logical == 8);
+        placed.push(streamed_run.map(|e| (e.physical, e.len)));
+        vol.unmount().unwrap();
+        let vol = Volume::open(dev, opts).unwrap();
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(vol.read(f, 8192, &mut back).unwrap(), data.len());
+        assert!(back == data, "write_through_bytes={min}: the data differs after a remount");
+    }
+    assert!(placed[0].is_some(), "the written range is mapped: {placed:?}");
+    assert_eq!(placed[0], placed[1], "placed where writeback places it: {placed:?}");
 }

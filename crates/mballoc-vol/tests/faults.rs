@@ -73,7 +73,11 @@ fn run(
 ) -> Result<(Arc<Device>, BTreeMap<FileId, FileModel>), String> {
     let dev = Arc::new(FaultyDevice::new(MemDevice::from_bytes(image.to_vec()), fault));
     let mut files: BTreeMap<FileId, FileModel> = BTreeMap::new();
-    let vol = match Volume::open(dev.clone(), mount_opts()) {
+    // Every other seed streams buffered writes of two blocks or more
+    // straight to their blocks (the mount's write-through path).
+    let streamed = seed % 2 == 1;
+    let opts = MountOptions { write_through_bytes: if streamed { 2 * BS } else { 0 }, ..mount_opts() };
+    let vol = match Volume::open(dev.clone(), opts) {
         Ok(v) => v,
         Err(e) if dev.tripped() => {
             let _: VolError = e;
@@ -105,8 +109,13 @@ fn run(
         }
         match pick {
             8..=40 => {
-                let off = rng.gen_range(0..=size + 6000).min(300_000);
-                let len = rng.gen_range(1..16_000);
+                let mut off = rng.gen_range(0..=size + 6000).min(300_000);
+                let mut len = rng.gen_range(1..16_000);
+                if pick < 18 {
+                    // Whole blocks: streamed where the mount streams.
+                    off = off / BS * BS;
+                    len = (len as u64 / BS).max(1) as usize * BS as usize;
+                }
                 let bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
                 match vol.write(f, off, &bytes) {
                     Ok(()) => {
