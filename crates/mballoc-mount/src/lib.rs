@@ -4,7 +4,9 @@
 //! tar, git, rsync, cp -a, xfstests) reach the engine through ordinary
 //! system calls. The crate speaks the kernel's FUSE protocol itself
 //! (`fuse`: the wire format, the connection, mounting, the serving
-//! threads) and maps each request onto one or a few [`Volume`] calls
+//! threads, which busy-poll `/dev/fuse` for a while before sleeping, and
+//! FUSE over io_uring with a queue per CPU where the kernel offers it)
+//! and maps each request onto one or a few [`Volume`] calls
 //! (`server` dispatches; `entries`, `data`, `control` and `dirs` hold
 //! the operations). FUSE inode numbers are the volume's (the root is 1 on
 //! both sides), and each inode's generation number travels with it, so
