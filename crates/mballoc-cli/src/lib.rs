@@ -356,6 +356,19 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
+/// A reader that stops early (`mballoc lab settings | head`) ends this
+/// process as it ends any Unix tool, by SIGPIPE, instead of a panic in the
+/// next `println!` (Rust starts programs with SIGPIPE ignored). Not for
+/// the mount's server, which must outlive whatever its output goes to.
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: setting a signal's disposition to its default is
+    // async-signal-safe and touches no Rust state; it runs on the main
+    // thread before this command starts any other.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// With `MBALLOC_PARSE_ONLY` set, check a command line and stop: the
 /// arguments, scenario names, settings and sweeps, nothing run (the docs'
 /// commands are checked this way in CI).
@@ -394,6 +407,9 @@ fn run() -> Result<()> {
     };
     if std::env::var_os("MBALLOC_PARSE_ONLY").is_some() {
         return parse_only(&cli.cmd);
+    }
+    if !matches!(cli.cmd, Cmd::Mount { .. }) {
+        end_quietly_on_a_closed_pipe();
     }
     match cli.cmd {
         Cmd::Mkfs { volume, size, block_size, journal_blocks, inodes, force } => {

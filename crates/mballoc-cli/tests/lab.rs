@@ -484,3 +484,22 @@ fn kernel_diff_takes_a_workload_of_ones_own() {
     assert_eq!(diffs[0]["rules"].as_array().unwrap().len(), 2, "{}", diffs[0]["rules"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reader that closes the pipe early (`mballoc lab settings | head`)
+/// ends the command as SIGPIPE ends any tool: no panic message.
+#[test]
+fn a_closed_pipe_ends_a_command_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mballoc"))
+        .args(["lab", "settings"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    // Closed before the command writes its first line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("waits");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success() || out.status.signal() == Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
+}
