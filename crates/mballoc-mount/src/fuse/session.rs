@@ -123,7 +123,7 @@ pub fn serve(ch: Channel, pool: Pool, mut wanted: Wanted, handler: &dyn Handler,
                 std::thread::Builder::new()
                     .name(format!("mballoc-uring-{qid}"))
                     .spawn_scoped(s, move || {
-                        super::uring::serve_queue(
+                        let served = super::uring::serve_queue(
                             session_fd,
                             qid,
                             pool.busy_poll,
@@ -131,7 +131,17 @@ pub fn serve(ch: Channel, pool: Pool, mut wanted: Wanted, handler: &dyn Handler,
                             setxattr_ext,
                             handler,
                             stats,
-                        )
+                        );
+                        // Said now, not at unmount, and not an end of the
+                        // mount: until every queue has registered the
+                        // kernel sends everything through /dev/fuse (a
+                        // kernel that refuses the entries); a queue that
+                        // stops later leaves its CPU's requests waiting,
+                        // which this explains.
+                        if let Err(e) = served {
+                            eprintln!("mballoc mount: FUSE io_uring queue {qid} stopped: {e:#}");
+                        }
+                        Ok(())
                     })
                     .context("starting a FUSE io_uring thread"),
             );
