@@ -127,7 +127,9 @@ impl Volume {
     pub(crate) fn streams(&self, offset: u64, len: usize) -> bool {
         let min = self.opts.write_through_bytes;
         let bs = self.block_size();
-        min > 0 && len as u64 >= min && offset.is_multiple_of(bs) && (len as u64).is_multiple_of(bs)
+        // A range past 2^64 goes the cached way, which refuses it.
+        let fits = offset.checked_add(len as u64).is_some();
+        min > 0 && fits && len as u64 >= min && offset.is_multiple_of(bs) && (len as u64).is_multiple_of(bs)
     }
 
     /// Unbuffered read (`O_DIRECT`): block-aligned, straight from the
