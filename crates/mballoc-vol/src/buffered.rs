@@ -46,7 +46,6 @@ impl Volume {
         self.writable()?;
         let cache = self.cache_of(f);
         let mut fc = cache.lock();
-        let fsz = u64::from(self.opts.folio_size);
         let end = offset.checked_add(data.len() as u64).ok_or_else(|| {
             VolError::InvalidArgument(format!("a write of {} bytes at {offset} passes 2^64", data.len()))
         })?;
@@ -57,9 +56,7 @@ impl Volume {
             self.balance(f)?;
         }
         self.zero_tail_before_growth(f, &mut fc, end)?;
-        for idx in offset / fsz..end.div_ceil(fsz) {
-            self.folio_mut(f, &mut fc, idx)?;
-        }
+        self.load_folios(f, &mut fc, offset, end)?;
         // A write can split one extent in three.
         self.admit_records(f, 2)?;
         self.fs.write(f, offset, data.len() as u64)?;
@@ -76,6 +73,16 @@ impl Volume {
             self.cached.fetch_sub(dropped, Ordering::AcqRel);
             drop(fc);
             let _ = self.balance(f);
+        }
+        Ok(())
+    }
+
+    /// Every folio of bytes `offset..end` in the cache, filled from the
+    /// device where it was not.
+    pub(crate) fn load_folios(&self, f: FileId, fc: &mut FileCache, offset: u64, end: u64) -> Result<()> {
+        let fsz = u64::from(self.opts.folio_size);
+        for idx in offset / fsz..end.div_ceil(fsz) {
+            self.folio_mut(f, fc, idx)?;
         }
         Ok(())
     }

@@ -50,17 +50,7 @@ impl Volume {
         self.invalidate(f, &mut fc)?;
         self.admit_records(f, 2)?;
         self.engine(self.fs.fallocate(f, offset, len, FallocateMode::KeepSize))?;
-        let bs = self.block_size();
-        let (first, end) = (offset / bs, (offset + len) / bs);
-        for e in self.fs.lookup(f, first, end)? {
-            let (a, b) = (e.logical.max(first), e.logical_end().min(end));
-            let p = e.physical_of(a);
-            let bytes = &data[((a - first) * bs) as usize..((b - first) * bs) as usize];
-            self.dev.write_at(p * bs, bytes).map_err(|e| VolError::io(format!("writing block {p}"), e))?;
-            self.data_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            self.data_writes.fetch_add(1, Ordering::Relaxed);
-        }
-        self.log.data_written.store(true, Ordering::Release);
+        self.write_to_blocks(f, offset, data)?;
         self.fs.mark_written(f, offset, len)?;
         if offset + len > self.fs.size(f)? {
             self.fs.truncate(f, offset + len)?;
@@ -91,21 +81,29 @@ impl Volume {
         if self.engine(self.fs.writeback(f)).is_err() {
             return self.cache_instead(f, &mut fc, offset, data);
         }
+        if self.write_to_blocks(f, offset, data).is_err() {
+            return self.cache_instead(f, &mut fc, offset, data);
+        }
+        self.fs.mark_written(f, offset, len)?;
+        self.engine(self.fs.log_size(f))
+    }
+
+    /// Write `data` (whole blocks at `offset`) to the blocks the file maps
+    /// there, one device write per mapped piece; the first failure stops
+    /// it, with some pieces perhaps written.
+    fn write_to_blocks(&self, f: FileId, offset: u64, data: &[u8]) -> Result<()> {
         let bs = self.block_size();
-        let (first, end) = (offset / bs, (offset + len) / bs);
+        let (first, end) = (offset / bs, (offset + data.len() as u64) / bs);
         for e in self.fs.lookup(f, first, end)? {
             let (a, b) = (e.logical.max(first), e.logical_end().min(end));
             let p = e.physical_of(a);
             let bytes = &data[((a - first) * bs) as usize..((b - first) * bs) as usize];
-            if self.dev.write_at(p * bs, bytes).is_err() {
-                return self.cache_instead(f, &mut fc, offset, data);
-            }
+            self.dev.write_at(p * bs, bytes).map_err(|e| VolError::io(format!("writing block {p}"), e))?;
             self.data_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
             self.data_writes.fetch_add(1, Ordering::Relaxed);
         }
         self.log.data_written.store(true, Ordering::Release);
-        self.fs.mark_written(f, offset, len)?;
-        self.engine(self.fs.log_size(f))
+        Ok(())
     }
 
     /// A streamed write the device refused (or whose blocks could not be
@@ -114,10 +112,7 @@ impl Volume {
     /// reports. The write itself succeeded, as a buffered write succeeds
     /// before its writeback; nothing it was given is lost.
     fn cache_instead(&self, f: FileId, fc: &mut FileCache, offset: u64, data: &[u8]) -> Result<()> {
-        let fsz = u64::from(self.opts.folio_size);
-        for idx in offset / fsz..(offset + data.len() as u64).div_ceil(fsz) {
-            self.folio_mut(f, fc, idx)?;
-        }
+        self.load_folios(f, fc, offset, offset + data.len() as u64)?;
         self.copy_in(fc, offset, data);
         Ok(())
     }

@@ -4,9 +4,9 @@
 //! serving thread has its own clone of the connection, so the kernel
 //! hands requests to threads without them sharing a descriptor.
 //!
-//! With busy polling ([`BusyPoll`]) the descriptors are non-blocking and
-//! one thread at a time keeps reading for a while after it finds the
-//! queue empty, before it sleeps in poll(2) like the others: a request
+//! With busy polling ([`BusyPoll`]) one thread at a time makes its
+//! descriptor non-blocking and keeps reading for a while after it finds
+//! the queue empty, before it sleeps in read(2) like the others: a request
 //! that comes within that window is taken without waking a thread. On a
 //! virtual machine waking an idle CPU costs tens of microseconds, several
 //! times the server's own work on a small request.
@@ -112,8 +112,8 @@ impl Channel {
         }
     }
 
-    /// Keep reading without waiting for `busy`'s window, if no other
-    /// thread polls; `None`: nothing came (or another thread polls). Only
+    /// Keep reading without waiting, for up to `busy`'s window, if no
+    /// other thread polls; `None`: nothing came (or another thread polls). Only
     /// the polling thread's descriptor is non-blocking: the others wait
     /// in read(2), where the kernel wakes one of them per request (poll(2)
     /// would wake them all).
