@@ -28,6 +28,11 @@ pub(crate) enum KernelsCmd {
         /// Seconds before the guest is stopped.
         #[arg(long, default_value_t = 1800)]
         timeout: u64,
+        /// A directory the command writes (relative to its working
+        /// directory, e.g. the `--keep` or `--out` of a fidelity run), copied
+        /// back to the same relative path here.
+        #[arg(long, value_name = "DIR")]
+        bring: Option<String>,
         /// The `mballoc` command line to run (after `--`).
         #[arg(last = true, required = true)]
         args: Vec<String>,
@@ -44,7 +49,7 @@ pub(crate) fn run(cmd: KernelsCmd) -> Result<()> {
             println!("{}\t{}", k.abi, k.dir.display());
             Ok(())
         }
-        KernelsCmd::Run { kernel, cpus, memory, timeout, args } => {
+        KernelsCmd::Run { kernel, cpus, memory, timeout, bring, args } => {
             if kernel == "host" {
                 let me = std::env::current_exe().context("this program's path")?;
                 let status = std::process::Command::new(me).args(&args).status().context("running it here")?;
@@ -54,6 +59,7 @@ pub(crate) fn run(cmd: KernelsCmd) -> Result<()> {
             let mut opts = kernels::GuestOptions {
                 memory_mib: memory,
                 timeout: std::time::Duration::from_secs(timeout),
+                bring: bring.clone(),
                 ..Default::default()
             };
             if let Some(n) = cpus {
@@ -62,6 +68,14 @@ pub(crate) fn run(cmd: KernelsCmd) -> Result<()> {
             let r = kernels::run(&k, &args, &opts)?;
             std::io::stdout().write_all(&r.stdout)?;
             std::io::stderr().write_all(&r.stderr)?;
+            if let Some(dir) = &bring {
+                if r.brought.is_empty() {
+                    eprintln!("mballoc lab kernels: the guest left no directory {dir:?} to bring back");
+                } else {
+                    untar(&r.brought).with_context(|| format!("unpacking the guest's {dir:?} here"))?;
+                    eprintln!("mballoc lab kernels: brought the guest's {dir:?} back");
+                }
+            }
             eprintln!(
                 "mballoc lab kernels: ran on {} ({} CPUs, emulated) in {:.1} s, exit status {}",
                 r.uname,
@@ -72,4 +86,18 @@ pub(crate) fn run(cmd: KernelsCmd) -> Result<()> {
             std::process::exit(r.status);
         }
     }
+}
+
+/// Unpack a gzipped tar archive into the working directory.
+fn untar(archive: &[u8]) -> Result<()> {
+    use std::io::Write as _;
+    let mut tar = std::process::Command::new("tar")
+        .args(["-xzf", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .context("running tar")?;
+    tar.stdin.take().context("tar's input")?.write_all(archive)?;
+    let status = tar.wait()?;
+    anyhow::ensure!(status.success(), "tar exited with {status}");
+    Ok(())
 }

@@ -202,6 +202,22 @@ pub struct Behaviour {
     /// Whether writeback follows the page cache's folios (see
     /// [`PageCache`]).
     pub page_cache: PageCache,
+    /// How an image's RAID stripe, counted in blocks, reaches the
+    /// allocator, which counts clusters.
+    pub stripe_units: StripeUnits,
+}
+
+/// How a RAID stripe given in blocks becomes the allocator's stripe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StripeUnits {
+    /// Converted to clusters; a stripe that is not a whole number of
+    /// clusters is turned off (ext4 since 6.5, Kemeng Shi's "ext4: treat
+    /// stripe in block unit").
+    #[default]
+    Converted,
+    /// The block count taken as a cluster count, as ext4 did before 6.5
+    /// (the same thing without bigalloc).
+    BlocksAsClusters,
 }
 
 /// What the layer that stores the engine decides: when data is written
@@ -279,6 +295,7 @@ impl FsConfig {
                 punch: PunchBehaviour::AsGiven,
                 dioread: DioRead::NoLock,
                 page_cache: PageCache::Untracked,
+                stripe_units: StripeUnits::Converted,
             },
             storage: Storage {
                 dirty_limit_blocks: (geometry.total_blocks() / 10).clamp(256, 1 << 18),

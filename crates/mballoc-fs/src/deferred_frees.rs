@@ -28,6 +28,10 @@ struct FreeRec {
     len: u64,
     group: u32,
     tid: u64,
+    /// When it was recorded (a merge counts as a new record): a commit
+    /// gives records back in this order, as ext4 walks its freed-data
+    /// list, which decides where groups land in linked order lists.
+    seq: u64,
 }
 
 /// What a commit does when it finds another commit running.
@@ -66,6 +70,7 @@ pub struct DeferredFrees {
     commit: Mutex<DeferredFreeStats>,
     records: AtomicU64,
     merges: AtomicU64,
+    next_seq: AtomicU64,
 }
 
 impl Default for DeferredFrees {
@@ -89,6 +94,7 @@ impl DeferredFrees {
             commit: Mutex::new(DeferredFreeStats::default()),
             records: AtomicU64::new(0),
             merges: AtomicU64::new(0),
+            next_seq: AtomicU64::new(0),
         }
     }
 
@@ -124,6 +130,7 @@ impl DeferredFrees {
             }
         }
         self.pending.fetch_add(len, Ordering::AcqRel);
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let same = |r: &FreeRec| r.tid == tid && r.group == group;
         // Merge into the left neighbour, then pull the right one in too.
         if let Some((&ls, l)) = tree.range(..start).next_back() {
@@ -134,18 +141,20 @@ impl DeferredFrees {
                     merged += r.len;
                     self.merges.fetch_add(1, Ordering::Relaxed);
                 }
-                tree.get_mut(&ls).expect("left record").len = merged;
+                let left = tree.get_mut(&ls).expect("left record");
+                left.len = merged;
+                left.seq = seq;
                 self.merges.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
         }
         if let Some(r) = tree.get(&end).copied().filter(same) {
             tree.remove(&end);
-            tree.insert(start, FreeRec { len: len + r.len, group, tid });
+            tree.insert(start, FreeRec { len: len + r.len, group, tid, seq });
             self.merges.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        tree.insert(start, FreeRec { len, group, tid });
+        tree.insert(start, FreeRec { len, group, tid, seq });
         self.records.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -195,6 +204,7 @@ impl DeferredFrees {
             return None;
         }
         stats.commits += 1;
+        ready.sort_unstable_by_key(|(_, r)| r.seq);
         let mut released = 0;
         for (s, r) in ready {
             alloc.free(s, r.len).unwrap_or_else(|e| panic!("committing free of [{s}, +{}): {e}", r.len));

@@ -12,6 +12,19 @@
 //! * **before 6.4**: no CR_BEST_AVAIL_LEN. The CR1.5 series (Ojaswin
 //!   Mujoo, "ext4: Add allocation criteria 1.5 (CR1_5)", merged in 6.4)
 //!   added the pass between CR_GOAL_LEN_FAST and CR_GOAL_LEN_SLOW.
+//! * **before 6.5**: the RAID stripe counted in clusters. Kemeng Shi's
+//!   "ext4: treat stripe in block unit" (6.5) converts the stripe, given
+//!   in blocks, to clusters where mballoc compares it with lengths; before,
+//!   a bigalloc volume took its block count as clusters
+//!   ([`crate::StripeUnits::BlocksAsClusters`]).
+//! * **before 6.17**: linked order lists. Baokun Li's "ext4: convert free
+//!   groups order lists to xarrays" (6.17) keeps each order's groups by
+//!   group number and walks them from the start group; before, a group
+//!   went to the tail of its list whenever its order changed, each pass
+//!   tried the start group first and then the first good group from the
+//!   lists' heads ([`mballoc::OrderLists::Linked`]). The 6.12 stable
+//!   series has the xarrays (Debian's 6.12.117 does), so a 6.12 profile
+//!   keeps them.
 //! * **before 6.17**: one stream goal. The scalability series (Baokun Li,
 //!   "ext4: utilize multiple global goals to reduce contention", 6.17)
 //!   made one per CPU, up to a quarter of the groups.
@@ -74,24 +87,39 @@ pub enum KernelRule {
     BestAvail,
     /// A stream goal per CPU (6.17); before, one.
     StreamGoalPerCpu,
+    /// The order lists kept by group number (6.17, and 6.12 stable);
+    /// before, linked lists.
+    OrderXarrays,
+    /// The stripe converted from blocks to clusters (6.5); before, its
+    /// block count taken as clusters.
+    StripeInBlocks,
 }
 
 impl KernelRule {
     /// Every rule, oldest first.
-    pub const ALL: [KernelRule; 3] = [KernelRule::OrderLists, KernelRule::BestAvail, KernelRule::StreamGoalPerCpu];
+    pub const ALL: [KernelRule; 5] = [
+        KernelRule::OrderLists,
+        KernelRule::BestAvail,
+        KernelRule::StripeInBlocks,
+        KernelRule::StreamGoalPerCpu,
+        KernelRule::OrderXarrays,
+    ];
 
     /// The release that introduced it.
     pub fn since(self) -> KernelVersion {
         match self {
             KernelRule::OrderLists => KernelVersion::new(5, 13),
             KernelRule::BestAvail => KernelVersion::new(6, 4),
-            KernelRule::StreamGoalPerCpu => KernelVersion::new(6, 17),
+            KernelRule::StripeInBlocks => KernelVersion::new(6, 5),
+            KernelRule::StreamGoalPerCpu | KernelRule::OrderXarrays => KernelVersion::new(6, 17),
         }
     }
 
     /// Whether kernel `version` follows it.
     pub fn in_kernel(self, version: KernelVersion) -> bool {
-        version >= self.since()
+        // The 6.12 stable series took the xarrays (read in the source of
+        // Debian's 6.12.117, and proven on it by `lab fidelity`).
+        version >= self.since() || (self == KernelRule::OrderXarrays && version == KernelVersion::new(6, 12))
     }
 
     /// The change, as its series named it.
@@ -103,6 +131,10 @@ impl KernelRule {
             KernelRule::BestAvail => "CR_BEST_AVAIL_LEN (\"ext4: Add allocation criteria 1.5 (CR1_5)\", 6.4)",
             KernelRule::StreamGoalPerCpu => {
                 "a stream goal per CPU (\"ext4: utilize multiple global goals to reduce contention\", 6.17)"
+            }
+            KernelRule::StripeInBlocks => "the stripe in clusters (\"ext4: treat stripe in block unit\", 6.5)",
+            KernelRule::OrderXarrays => {
+                "order lists by group number (\"ext4: convert free groups order lists to xarrays\", 6.17, and 6.12 stable)"
             }
         }
     }
@@ -132,6 +164,12 @@ impl FsConfig {
         if !has(KernelRule::OrderLists) {
             cfg.placement.tunables.mb_optimize_scan = mballoc::OptimizeScan::Off;
         }
+        if !has(KernelRule::StripeInBlocks) {
+            cfg.behaviour.stripe_units = crate::StripeUnits::BlocksAsClusters;
+        }
+        if !has(KernelRule::OrderXarrays) {
+            cfg.placement.tunables.order_lists = mballoc::OrderLists::Linked;
+        }
         cfg
     }
 }
@@ -154,8 +192,12 @@ mod tests {
         assert_eq!(old.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Auto);
         let oldest = FsConfig::kernel_of(geo, KernelVersion::new(5, 10));
         assert_eq!(oldest.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
+        assert_eq!(old.placement.tunables.order_lists, mballoc::OrderLists::Linked);
         let mid = FsConfig::kernel_of(geo, KernelVersion::new(6, 12));
         assert!(mid.placement.policy.is_none() && mid.placement.stream_goals == Some(1));
+        assert_eq!(mid.placement.tunables.order_lists, mballoc::OrderLists::ByGroup, "6.12 stable has the xarrays");
+        let between = FsConfig::kernel_of(geo, KernelVersion::new(6, 16));
+        assert_eq!(between.placement.tunables.order_lists, mballoc::OrderLists::Linked);
         let new = FsConfig::kernel_of(geo, KernelVersion::NEWEST);
         assert!(new.placement.policy.is_none() && new.placement.stream_goals.is_none());
         let mut by_name = FsConfig::new(geo);

@@ -110,7 +110,7 @@ pub use alloc_log::{AllocEvent, Purpose, ServedBy};
 pub use change_log::{Change, ChangeLog, LogFailure};
 pub use config::{
     Behaviour, CloseBehaviour, DioRead, ExtentTreeBlocks, FreeReuse, FsConfig, LowSpace, Placement, PunchBehaviour,
-    RequestSize, Shape, Storage, StreamPlacement, SyncOrder,
+    RequestSize, Shape, Storage, StreamPlacement, StripeUnits, SyncOrder,
 };
 pub use deferred_frees::DeferredFreeStats;
 pub use error::{FsError, Result};

@@ -20,7 +20,7 @@ use crate::{
     CloseBehaviour, ExtentTreeBlocks, FsConfig, FsError, InodeNumbers, Normalization, PreallocTable, PunchBehaviour,
     RequestSize, StreamPlacement, SyncOrder,
 };
-use mballoc::{BestAvailFloor, Concurrency, LinearBestAvail, OptimizeScan};
+use mballoc::{BestAvailFloor, Concurrency, LinearBestAvail, OptimizeScan, OrderLists};
 
 /// Which part of [`FsConfig`] a setting changes: what a mounted volume
 /// can take ([`Part::Placement`], [`Part::Behaviour`], and the profile,
@@ -77,6 +77,7 @@ impl Setting {
                     | "mb_c3_threshold"
                     | "mb_best_avail_floor"
                     | "linear_best_avail"
+                    | "order_lists"
                     | "concurrency"
                     | "stream_goals"
                     | "flex_groups"
@@ -136,6 +137,7 @@ pub const SETTINGS: &[Setting] = &[
     k("mb_c3_threshold", "percent", "0 .. 100", "free space below which only CR_ANY_FREE runs", P),
     k("mb_best_avail_floor", "choice", "request | minimum", "how far CR_BEST_AVAIL_LEN may trim", P),
     k("linear_best_avail", "choice", "skip | repeat", "whether the linear groups are scanned again at best-avail", P),
+    k("order_lists", "choice", "by-group | linked", "how the cheap passes choose groups: sets walked from the start group (6.17 on), or linked lists read from their heads (before)", P),
     k("prealloc_table", "blocks", "kernel | sizes \"4 8 ... 2048\"", "window sizes (ldiskfs's table)", P),
     k("mb_small_req", "blocks", "0 ..", "with prealloc_table: requests below it use the locality group", P),
     k("mb_large_req", "blocks", "0 ..", "with prealloc_table: files from this size on stop using it", P),
@@ -164,6 +166,7 @@ const BEST_AVAIL_FLOOR: &[(&str, BestAvailFloor)] =
     &[("request", BestAvailFloor::Request), ("minimum", BestAvailFloor::Minimum)];
 const LINEAR_BEST_AVAIL: &[(&str, LinearBestAvail)] =
     &[("skip", LinearBestAvail::Skip), ("repeat", LinearBestAvail::Repeat)];
+const ORDER_LISTS: &[(&str, OrderLists)] = &[("by-group", OrderLists::ByGroup), ("linked", OrderLists::Linked)];
 const STREAM_PLACEMENT: &[(&str, StreamPlacement)] =
     &[("per-file", StreamPlacement::PerFile), ("kernel", StreamPlacement::Kernel)];
 const CONCURRENCY: &[(&str, Concurrency)] = &[("scalable", Concurrency::Scalable), ("legacy", Concurrency::Legacy)];
@@ -223,6 +226,7 @@ impl FsConfig {
             "mb_c3_threshold" => t.mb_c3_threshold.to_string(),
             "mb_best_avail_floor" => name_of(BEST_AVAIL_FLOOR, &t.mb_best_avail_floor),
             "linear_best_avail" => name_of(LINEAR_BEST_AVAIL, &t.linear_best_avail),
+            "order_lists" => name_of(ORDER_LISTS, &t.order_lists),
             "prealloc_table" => table()
                 .map_or("kernel".into(), |t| t.sizes().iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")),
             "mb_small_req" => table_reqs(&cfg.placement.normalization).0.to_string(),
@@ -343,6 +347,7 @@ fn apply(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), String> {
         }
         "mb_best_avail_floor" => t.mb_best_avail_floor = named(BEST_AVAIL_FLOOR, value)?,
         "linear_best_avail" => t.linear_best_avail = named(LINEAR_BEST_AVAIL, value)?,
+        "order_lists" => t.order_lists = named(ORDER_LISTS, value)?,
         "prealloc_table" => {
             cfg.placement.normalization = if value == "kernel" {
                 Normalization::KernelWindows

@@ -47,6 +47,9 @@ pub struct Allocator {
     /// Which buddies ext4 would have built since mount; unset: all of them
     /// (`crate::buddy_load`).
     pub(crate) loads: std::sync::OnceLock<crate::buddy_load::BuddyLoads>,
+    /// The order lists of kernels before 6.17, kept only while
+    /// [`crate::OrderLists::Linked`] is chosen.
+    pub(crate) lists: crate::order_lists::LinkedLists,
 }
 
 /// A group's lock held: its buddy, `None` while the group is untouched.
@@ -64,10 +67,26 @@ impl Allocator {
     }
 
     /// Change tunables; takes effect for requests that start afterwards.
+    /// Choosing [`crate::OrderLists::Linked`] builds the lists as a mount
+    /// would (every built group, in group order).
     pub fn set_tunables(&self, t: Tunables) -> Result<()> {
         t.validate(self.geo.blocks_per_group())?;
+        let was = self.tunables.load().order_lists;
         self.tunables.store(t);
+        if t.order_lists != was || (t.order_lists == crate::OrderLists::Linked) != self.lists.is_on() {
+            self.restart_lists();
+        }
         Ok(())
+    }
+
+    /// Keep the order lists if the tunables ask for them, rebuilt as a
+    /// mount builds them; drop them otherwise.
+    pub(crate) fn restart_lists(&self) {
+        if self.tunables.load().order_lists == crate::OrderLists::Linked {
+            self.lists.start(|g| self.is_buddy_loaded(g), |g| orders_of(&self.groups.summary(g)));
+        } else {
+            self.lists.stop();
+        }
     }
 
     /// Free blocks in the volume (exact when no operation is in flight).
@@ -213,7 +232,7 @@ impl Allocator {
             sh.buddies_time_used.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
         if let Some(l) = self.loads.get() {
-            l.load(g);
+            l.load(g, |x| self.joined(x));
         }
         guard.as_mut().expect("just materialized")
     }
@@ -223,6 +242,7 @@ impl Allocator {
         crate::verify::debug_assert_summary(&self.geo, g, info);
         slot.publish(info);
         self.index.update(g, old, orders(info));
+        self.lists.update(g, old, orders(info));
         if let Some(l) = self.loads.get() {
             l.written(g);
         }
@@ -248,6 +268,11 @@ impl Allocator {
 /// A group's two index orders: largest free chunk, average fragment bucket.
 pub(crate) fn orders(info: &GroupInfo) -> (i8, i8) {
     (info.largest_free_order, info.avg_fragment_order)
+}
+
+/// The same, from a group's lock-free summary.
+pub(crate) fn orders_of(s: &GroupSummary) -> (i8, i8) {
+    (s.largest_free_order, s.avg_fragment_order)
 }
 
 const _: () = {

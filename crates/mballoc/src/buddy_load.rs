@@ -49,12 +49,15 @@ impl BuddyLoads {
         self.state[g as usize].load(Ordering::Relaxed) & BLOCK_UNINIT != 0
     }
 
-    /// Build `g`'s buddy and every buddy in its page.
-    pub(crate) fn load(&self, g: u32) {
+    /// Build `g`'s buddy and every buddy in its page; `newly` hears of
+    /// each one not built before.
+    pub(crate) fn load(&self, g: u32, mut newly: impl FnMut(u32)) {
         let first = g - g % self.groups_per_page;
         let end = (first + self.groups_per_page).min(self.state.len() as u32);
         for x in first..end {
-            self.state[x as usize].fetch_or(LOADED, Ordering::Relaxed);
+            if self.state[x as usize].fetch_or(LOADED, Ordering::Relaxed) & LOADED == 0 {
+                newly(x);
+            }
         }
     }
 
@@ -88,6 +91,7 @@ impl Allocator {
         for &g in block_uninit.iter().filter(|&&g| g < n) {
             loads.state[g as usize].fetch_or(BLOCK_UNINIT, Ordering::Relaxed);
         }
+        self.restart_lists();
     }
 
     /// Record that ext4 built group `g`'s buddy (and its page's).
@@ -98,7 +102,7 @@ impl Allocator {
             return Err(Error::GroupOutOfRange { group: g, groups: self.geo.groups() });
         }
         if let Some(l) = self.loads.get() {
-            l.load(g);
+            l.load(g, |x| self.joined(x));
         }
         Ok(())
     }
@@ -123,8 +127,16 @@ impl Allocator {
         if cheap && !flex_first && !l.is_block_uninit(g) {
             return false;
         }
-        l.load(g);
+        l.load(g, |x| self.joined(x));
         true
+    }
+
+    /// Group `g`'s buddy was just built: it joins the order lists' tails
+    /// (when they are kept).
+    pub(crate) fn joined(&self, g: u32) {
+        if self.lists.is_on() {
+            self.lists.built(g, crate::allocator::orders_of(&self.groups.summary(g)));
+        }
     }
 }
 

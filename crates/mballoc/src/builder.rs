@@ -139,6 +139,7 @@ impl AllocatorBuilder {
             initial_free: AtomicU64::new(initial_free),
             policy: self.policy,
             loads: std::sync::OnceLock::new(),
+            lists: crate::order_lists::LinkedLists::new(n, geo.num_orders()),
         };
         let mut newly_reserved = 0u64;
         for &(s, e) in &a.reserved {
@@ -162,6 +163,8 @@ impl AllocatorBuilder {
             }
         }
         a.initial_free.fetch_sub(newly_reserved, Ordering::Relaxed);
+        // Reserved ranges are there at mount: the lists start after them.
+        a.restart_lists();
         Ok(a)
     }
 }

@@ -54,7 +54,8 @@
 //!    With `mb_optimize_scan` the first three walk the order indexes
 //!    ("linear-like": every candidate after the start across all useful
 //!    orders, then those before it); otherwise, and always for the last two,
-//!    they scan groups linearly.
+//!    they scan groups linearly. Kernels before 6.17 kept linked lists
+//!    instead, read from their heads ([`OrderLists::Linked`]).
 //! 4. **Inside a group** the power-of-two pass takes the first big-enough buddy
 //!    chunk; the others measure free runs best-fit: an exact fit wins at once,
 //!    a larger one is taken at the end of the group or after `mb_min_to_scan`
@@ -132,7 +133,9 @@ mod criteria;
 mod error;
 mod geometry;
 mod group;
+mod list_scan;
 mod order_index;
+mod order_lists;
 mod policy;
 mod range_ops;
 pub mod report;
@@ -158,7 +161,7 @@ pub use policy::{
 pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPolicy};
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
-pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, Tunables};
+pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, OrderLists, Tunables};
 pub use verify::Violation;
 
 // Thread safety, checked when the crate compiles: an `Allocator` is shared

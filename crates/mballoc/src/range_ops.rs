@@ -5,7 +5,7 @@
 //! everything changes, so an error leaves the allocator as it was.
 
 use crate::allocator::{orders, Allocator, Guard};
-use crate::buddy::Buddy;
+use crate::buddy::{Buddy, GroupInfo};
 use crate::error::{Error, Result};
 use crate::request::Extent;
 use crate::stats::bump;
@@ -163,6 +163,7 @@ impl Allocator {
         let info = *fresh.info();
         *guard = Some(Box::new(fresh));
         self.after_change(g, slot, orders(&current), &info);
+        self.rebuilt(g, &info);
         self.stats.shard().free_delta.fetch_add(i64::from(info.free) - i64::from(current.free), Ordering::Relaxed);
         let sh = self.stats.shard();
         sh.buddies_generated.fetch_add(1, Ordering::Relaxed);
@@ -226,10 +227,19 @@ impl Allocator {
                 self.groups.use_template(g, k);
             }
             self.after_change(g, slot, orders(&current), &info);
+            self.rebuilt(g, &info);
             delta += i64::from(info.free) - i64::from(current.free);
         }
         self.stats.shard().free_delta.fetch_add(delta, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// A built group's buddy was made again from its bitmap: in the order
+    /// lists it rejoins their tails, as a buddy built at mount joins them.
+    fn rebuilt(&self, g: u32, info: &GroupInfo) {
+        if self.is_buddy_loaded(g) {
+            self.lists.built(g, orders(info));
+        }
     }
 
     /// Record blocks put into (or returned from) preallocations, for the

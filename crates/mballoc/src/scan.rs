@@ -12,7 +12,7 @@ use crate::group::{summary_of, GroupSlot};
 use crate::order_index::IndexKind;
 use crate::request::{Extent, FoundBy, GoalPolicy};
 use crate::stream_goal::Concurrency;
-use crate::tunables::{BestAvailFloor, LinearBestAvail};
+use crate::tunables::{BestAvailFloor, LinearBestAvail, OrderLists};
 
 impl Allocator {
     /// Serve `ctx`: the goal first, then the passes, then the best
@@ -131,6 +131,8 @@ impl Allocator {
         let mut start = if ctx.start_group >= n { 0 } else { ctx.start_group };
         if !ctx.optimize || !cr.is_cheap() {
             self.scan_linear(ctx, cr, start, n);
+        } else if ctx.t.order_lists == OrderLists::Linked {
+            self.scan_listed(ctx, cr, start);
         } else {
             if ctx.t.mb_max_linear_groups > 0 {
                 let count = ctx.t.mb_max_linear_groups.min(n);
@@ -221,7 +223,7 @@ impl Allocator {
         }
     }
 
-    fn scan_linear(&self, ctx: &mut Ctx, cr: Criterion, start: u32, count: u32) {
+    pub(crate) fn scan_linear(&self, ctx: &mut Ctx, cr: Criterion, start: u32, count: u32) {
         let n = self.geo.groups();
         let mut g = start;
         for _ in 0..count {
@@ -236,22 +238,8 @@ impl Allocator {
     /// CR_BEST_AVAIL_LEN: retry the avg-fragment lookup with the goal length
     /// trimmed one order at a time, never below the original request.
     fn scan_best_avail(&self, ctx: &mut Ctx, cr: Criterion, start: u32, n: u32) {
-        let order = 31 - ctx.goal_len.leading_zeros();
-        let mut min_order = order.saturating_sub(ctx.t.mb_best_avail_max_trim_order.min(31));
-        let floor = match ctx.t.mb_best_avail_floor {
-            BestAvailFloor::Minimum if ctx.min_len < ctx.orig_len => {
-                ctx.whole_run = true;
-                ctx.min_len
-            }
-            _ => ctx.orig_len,
-        };
+        let (order, min_order) = best_avail_orders(ctx);
         let stripe = ctx.t.stripe;
-        if stripe > 0 && (1u32 << min_order) < stripe {
-            min_order = 31 - stripe.leading_zeros();
-        }
-        if (1u32 << min_order) < floor {
-            min_order = 32 - floor.leading_zeros();
-        }
         'halves: for (lo, hi) in [(start, n), (0, start)] {
             for i in (min_order..=order).rev() {
                 ctx.goal_len = 1 << i;
@@ -285,7 +273,7 @@ impl Allocator {
     }
 
     /// Look at one group under pass `cr` (`ext4_mb_scan_group`).
-    fn scan_group(&self, ctx: &mut Ctx, cr: Criterion, g: u32) {
+    pub(crate) fn scan_group(&self, ctx: &mut Ctx, cr: Criterion, g: u32) {
         debug_assert_eq!(ctx.cr, Some(cr), "a group is scanned under the current pass");
         ctx.cr_considered[cr.index()] += 1;
         if !self.is_buddy_loaded(g) {
@@ -482,4 +470,28 @@ impl Allocator {
             self.use_best_found(ctx, by, b.group, slot, buddy);
         }
     }
+}
+
+/// CR_BEST_AVAIL_LEN's trimming range for the current goal length: the
+/// goal's order, and the lowest it may be trimmed to (by
+/// `mb_best_avail_max_trim_order`, not below a stripe, not below the
+/// floor [`BestAvailFloor`] names, which may ask to take whole runs).
+pub(crate) fn best_avail_orders(ctx: &mut Ctx) -> (u32, u32) {
+    let order = 31 - ctx.goal_len.leading_zeros();
+    let mut min_order = order.saturating_sub(ctx.t.mb_best_avail_max_trim_order.min(31));
+    let floor = match ctx.t.mb_best_avail_floor {
+        BestAvailFloor::Minimum if ctx.min_len < ctx.orig_len => {
+            ctx.whole_run = true;
+            ctx.min_len
+        }
+        _ => ctx.orig_len,
+    };
+    let stripe = ctx.t.stripe;
+    if stripe > 0 && (1u32 << min_order) < stripe {
+        min_order = 31 - stripe.leading_zeros();
+    }
+    if (1u32 << min_order) < floor {
+        min_order = 32 - floor.leading_zeros();
+    }
+    (order, min_order)
 }

@@ -47,6 +47,21 @@ pub enum LinearBestAvail {
     Repeat,
 }
 
+/// How the cheap passes choose their next group with `mb_optimize_scan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OrderLists {
+    /// The order sets kept by group number and walked from the start group
+    /// (ext4's xarrays, Linux 6.17 on, and the 6.12 stable series).
+    #[default]
+    ByGroup,
+    /// ext4's linked lists before that (5.13 to 6.16): a group goes to the
+    /// tail of its list when its order changes, and each pass tries the
+    /// start group, then `mb_max_linear_groups` more in turn, then the
+    /// first good group read from the lists' heads, again after every
+    /// group that did not serve (`crate::order_lists`).
+    Linked,
+}
+
 /// Allocator tunables. Field names are the kernel's sysfs attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunables {
@@ -95,6 +110,9 @@ pub struct Tunables {
     /// CR_BEST_AVAIL_LEN trims to multiples of it. Alignment counts from
     /// the allocator's block 0.
     pub stripe: u32,
+    /// How the cheap passes choose groups (not a kernel knob: which one a
+    /// kernel uses depends on its version).
+    pub order_lists: OrderLists,
 }
 
 impl Default for Tunables {
@@ -115,6 +133,7 @@ impl Default for Tunables {
             mb_c3_threshold: 0,
             linear_best_avail: LinearBestAvail::Skip,
             stripe: 0,
+            order_lists: OrderLists::ByGroup,
         }
     }
 }
@@ -177,7 +196,7 @@ impl Tunables {
 
 /// Tunables in atomics: snapshot per request, store from any thread.
 pub(crate) struct AtomicTunables {
-    fields: [AtomicU32; 15],
+    fields: [AtomicU32; 16],
 }
 
 impl AtomicTunables {
@@ -215,6 +234,10 @@ impl AtomicTunables {
                 LinearBestAvail::Repeat => 1,
             },
             t.stripe,
+            match t.order_lists {
+                OrderLists::ByGroup => 0,
+                OrderLists::Linked => 1,
+            },
         ];
         for (f, v) in self.fields.iter().zip(v) {
             f.store(v, Ordering::Relaxed);
@@ -248,6 +271,7 @@ impl AtomicTunables {
             mb_best_avail_floor: if f(12) == 1 { BestAvailFloor::Minimum } else { BestAvailFloor::Request },
             linear_best_avail: if f(13) == 1 { LinearBestAvail::Repeat } else { LinearBestAvail::Skip },
             stripe: f(14),
+            order_lists: if f(15) == 1 { OrderLists::Linked } else { OrderLists::ByGroup },
         }
     }
 }
@@ -264,7 +288,7 @@ mod tests {
         assert!(Tunables { mb_max_to_scan: 0, ..t }.validate(32768).is_err());
         assert!(Tunables { mb_c2_threshold: 101, ..t }.validate(32768).is_err());
         assert!(Tunables { stripe: 40000, ..t }.validate(32768).is_err());
-        let striped = Tunables { stripe: 64, ..t };
+        let striped = Tunables { stripe: 64, order_lists: OrderLists::Linked, ..t };
         assert_eq!(AtomicTunables::new(striped).load(), striped);
         let l = Tunables { mb_best_avail_floor: BestAvailFloor::Minimum, ..t.with_lustre_thresholds() };
         assert_eq!(AtomicTunables::new(l).load(), l);

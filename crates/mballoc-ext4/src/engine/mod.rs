@@ -13,7 +13,7 @@ use crate::inode::{FileType, MappingKind};
 use crate::source::BlockSource;
 use crate::volume::Ext4Volume;
 use mballoc::{Allocator, Geometry};
-use mballoc_fs::{ExtentState, FileId, FileKind, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent};
+use mballoc_fs::{ExtentState, FileId, FileKind, Fs, FsConfig, ImportedFile, InodeNumbers, MappedExtent, StripeUnits};
 use std::collections::HashSet;
 
 mod namespace;
@@ -57,13 +57,16 @@ pub fn block_uninit_groups<S: BlockSource>(vol: &Ext4Volume<S>) -> Vec<u32> {
 /// ext4's mount-time rounding of the locality-group window up to a
 /// multiple of it (`ext4_mb_init`). The stripe is given in blocks; the
 /// allocator counts clusters, and ext4 turns off a stripe that is not a
-/// whole number of them (since 6.5).
-fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Ext4Superblock) {
+/// whole number of them (since 6.5; before, it took the block count as
+/// a cluster count: [`StripeUnits`]).
+fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Ext4Superblock, units: StripeUnits) {
     if t.stripe == 0 {
         t.stripe = sb.stripe();
     }
     let ratio = sb.cluster_ratio();
-    t.stripe = if t.stripe.is_multiple_of(ratio) { t.stripe / ratio } else { 0 };
+    if units == StripeUnits::Converted {
+        t.stripe = if t.stripe.is_multiple_of(ratio) { t.stripe / ratio } else { 0 };
+    }
     if t.stripe > 1 {
         t.mb_group_prealloc = t.mb_group_prealloc.div_ceil(t.stripe) * t.stripe;
     }
@@ -74,7 +77,7 @@ fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Ext4Superblock
 /// `mb_groups` for the image.
 pub fn allocator<S: BlockSource>(vol: &Ext4Volume<S>) -> Result<Allocator> {
     let mut t = mballoc::Tunables::default();
-    with_stripe(&mut t, vol.superblock());
+    with_stripe(&mut t, vol.superblock(), StripeUnits::Converted);
     let alloc = Allocator::builder(geometry(vol)?)
         .flex_groups(flex_groups(vol))
         .tunables(t)
@@ -143,7 +146,7 @@ pub fn load_carrying<S: BlockSource>(
     if let InodeNumbers::LowestFree { .. } = cfg.behaviour.inode_numbers {
         cfg.behaviour.inode_numbers = InodeNumbers::LowestFree { first: u64::from(sb.first_ino) };
     }
-    with_stripe(&mut cfg.placement.tunables, sb);
+    with_stripe(&mut cfg.placement.tunables, sb, cfg.behaviour.stripe_units);
     let tree = vol.walk()?;
     let base = u64::from(sb.first_data_block);
     let mut files = Vec::new();

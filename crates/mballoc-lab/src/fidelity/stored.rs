@@ -18,9 +18,10 @@
 //! `e2image -Q NAME.img NAME.qcow2` instead of `NAME.img`: [`load`]
 //! expands it with `e2image -r` (e2fsprogs).
 //!
-//! The machine matters in one place only: the kernel makes
-//! `min(possible CPUs, groups / 4)` stream goals, so the engine replays with
-//! the recording machine's count from `NAME.meta`, not this one's.
+//! The machine matters in two places: the kernel's release chooses the
+//! engine's profile, and since 6.17 the kernel makes `min(possible CPUs,
+//! groups / 4)` stream goals; the engine replays with the recording
+//! machine's release and count from `NAME.meta`, not this one's.
 
 use super::{compare, engine_side, in_turn, Agreement, Case, Run, Side};
 use crate::error::{Context, LabError};
@@ -38,6 +39,9 @@ pub struct StoredRun {
     pub kernel: Side,
     /// Possible CPUs on the recording machine.
     pub possible_cpus: u32,
+    /// The recording machine's kernel (from `NAME.meta`; the running one
+    /// for runs kept before it was recorded there).
+    pub kernel_version: mballoc_fs::KernelVersion,
     image: StoredImage,
 }
 
@@ -68,7 +72,7 @@ impl StoredRun {
     pub fn replay(&self) -> Result<Agreement, LabError> {
         let ops = in_turn(&self.case.trace.streams);
         let engine = {
-            let version = engine_side::running_kernel();
+            let version = self.kernel_version;
             engine_side::run(&self.case, self.image(), &ops, &|r| r.in_kernel(version), self.possible_cpus)?
         };
         Ok(compare::compare(&self.case.name, &self.kernel, &engine))
@@ -168,8 +172,12 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
         }
     }
     let mut possible_cpus = None;
+    let mut kernel_version = engine_side::running_kernel();
     for (i, line) in read(dir, name, "meta")?.lines().enumerate() {
-        if let Some(n) = line.strip_prefix("possible_cpus ") {
+        if let Some(release) = line.strip_prefix("kernel ") {
+            kernel_version = mballoc_fs::KernelVersion::from_release(release.trim())
+                .ok_or_else(|| invalid("meta", i + 1, "expected a kernel release"))?;
+        } else if let Some(n) = line.strip_prefix("possible_cpus ") {
             possible_cpus = Some(n.trim().parse().map_err(|_| invalid("meta", i + 1, "expected a CPU count"))?);
         } else if let Some(m) = line.strip_prefix("mount ") {
             case.ext4.mount = m.split(',').map(|o| o.trim().to_string()).filter(|o| !o.is_empty()).collect();
@@ -181,7 +189,7 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
     let possible_cpus = possible_cpus.ok_or_else(|| invalid("meta", 1, "no possible_cpus line"))?;
     let trace_text = read(dir, name, "trace")?;
     let trace = KernelTrace::parse(&trace_text, None)?;
-    let requests = trace.requests();
+    let requests = trace.requests_of((kernel_version.major, kernel_version.minor));
 
     let raw = path_for(dir, name, "img");
     let image = if raw.exists() {
@@ -204,5 +212,5 @@ pub fn load(dir: &Path, name: &str) -> Result<StoredRun, LabError> {
         lost_events: trace.lost,
         trace_text,
     };
-    Ok(StoredRun { case, kernel, possible_cpus, image })
+    Ok(StoredRun { case, kernel, possible_cpus, kernel_version, image })
 }

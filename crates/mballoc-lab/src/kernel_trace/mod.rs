@@ -354,7 +354,14 @@ impl KernelTrace {
 
     /// Requests and what they got, in order; `how` is the pass's name,
     /// `"goal"`, `"preallocation"`, or empty if the trace lacks the event.
+    /// Passes printed as numbers are named as the running kernel numbers
+    /// them.
     pub fn requests(&self) -> Vec<KernelRequest> {
+        self.requests_of(running_kernel())
+    }
+
+    /// [`Self::requests`] for a trace recorded on kernel `(major, minor)`.
+    pub fn requests_of(&self, kernel: (u32, u32)) -> Vec<KernelRequest> {
         let mut out: Vec<KernelRequest> = Vec::new();
         let mut open: Option<usize> = None;
         for e in &self.events {
@@ -379,7 +386,7 @@ impl KernelTrace {
                         r.how = match (groups, cr.as_str()) {
                             (0, _) => "goal".into(),
                             (_, "0x5") => "CR_ANY_FREE".into(),
-                            _ => pass_name(cr, running_kernel()),
+                            _ => pass_name(cr, kernel),
                         };
                     }
                 }

@@ -215,8 +215,9 @@ fn quote(s: &str) -> String {
 }
 
 /// The archive for `kernel` that runs `mballoc ARGS` as its workload and
-/// writes what it printed onto the first virtio disk.
-pub fn build(kernel: &Unpacked, args: &[String]) -> Result<Vec<u8>, LabError> {
+/// writes what it printed onto the first virtio disk, followed by the
+/// directory `bring` (relative to its working directory) as a tar archive.
+pub fn build(kernel: &Unpacked, args: &[String], bring: Option<&str>) -> Result<Vec<u8>, LabError> {
     let mut tree = Tree::default();
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .iter()
@@ -259,12 +260,15 @@ pub fn build(kernel: &Unpacked, args: &[String]) -> Result<Vec<u8>, LabError> {
          cd /tmp\n\
          /bin/mballoc {} > /tmp/out 2> /tmp/err\n\
          rc=$?\n\
+         : > /run/bring.tar\n\
+         {bring}\
          for d in /dev/vda /dev/sda; do [ -b $d ] && break; done\n\
-         {{ echo \"MBALLOC-GUEST rc=$rc out=$(stat -c %s /tmp/out) err=$(stat -c %s /tmp/err) uname=$(uname -r)\"; cat /tmp/out /tmp/err; }} > $d\n\
+         {{ echo \"MBALLOC-GUEST rc=$rc out=$(stat -c %s /tmp/out) err=$(stat -c %s /tmp/err) tar=$(stat -c %s /run/bring.tar) uname=$(uname -r)\"; cat /tmp/out /tmp/err /run/bring.tar; }} > $d\n\
          sync\n\
          echo '@@ mballoc guest done'\n\
          poweroff -f\n",
-        command.join(" ")
+        command.join(" "),
+        bring = bring.map_or(String::new(), |dir| format!("[ -d {0} ] && tar -czf /run/bring.tar {0}\n", quote(dir)))
     );
     tree.files.insert("/init".to_string(), (init.into_bytes(), true));
     // mke2fs reads its defaults from the host's file, so that the guest

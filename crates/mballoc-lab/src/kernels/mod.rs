@@ -29,6 +29,11 @@ pub struct GuestOptions {
     pub memory_mib: u32,
     /// Longest a run may take before the guest is stopped.
     pub timeout: Duration,
+    /// A directory the command writes in the guest (relative to its
+    /// working directory), brought back as [`GuestRun::brought`]: a
+    /// fidelity run's `--keep` (images, operations, the kernel's trace)
+    /// or a report's `--out`.
+    pub bring: Option<String>,
 }
 
 impl Default for GuestOptions {
@@ -37,6 +42,7 @@ impl Default for GuestOptions {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             memory_mib: 3072,
             timeout: Duration::from_secs(1800),
+            bring: None,
         }
     }
 }
@@ -52,6 +58,9 @@ pub struct GuestRun {
     pub stdout: Vec<u8>,
     /// What it printed on stderr.
     pub stderr: Vec<u8>,
+    /// [`GuestOptions::bring`]'s directory as a gzipped tar archive (empty when
+    /// none was asked for or the command left none).
+    pub brought: Vec<u8>,
     /// Wall time from qemu's start to its exit.
     pub elapsed: Duration,
 }
@@ -83,10 +92,11 @@ fn boot(
         move |e| LabError::io(what, e)
     };
     let archive = work.join("initramfs.cpio");
-    std::fs::write(&archive, initramfs::build(kernel, args)?).map_err(io(&archive))?;
+    std::fs::write(&archive, initramfs::build(kernel, args, opts.bring.as_deref())?).map_err(io(&archive))?;
     let results = work.join("results.img");
     let f = std::fs::File::create(&results).map_err(io(&results))?;
-    f.set_len(256 << 20).map_err(io(&results))?;
+    // Sparse: only what the guest writes takes room.
+    f.set_len(4 << 30).map_err(io(&results))?;
     drop(f);
     let console = work.join("console.log");
     let started = Instant::now();
@@ -135,12 +145,23 @@ fn boot(
                 tail.into_iter().rev().collect::<Vec<_>>().join("\n")
             ))
         })
-        .map(|(uname, status, stdout, stderr)| GuestRun { uname, status, stdout, stderr, elapsed })
+        .map(|r| GuestRun { uname: r.uname, status: r.status, stdout: r.out, stderr: r.err, brought: r.tar, elapsed })
+}
+
+/// What the guest wrote on the results disk.
+#[derive(Debug, PartialEq)]
+struct Results {
+    uname: String,
+    status: i32,
+    out: Vec<u8>,
+    err: Vec<u8>,
+    tar: Vec<u8>,
 }
 
 /// The results disk: a header line `MBALLOC-GUEST rc=N out=BYTES
-/// err=BYTES uname=ABI`, then the two outputs.
-fn parse_results(raw: &[u8]) -> Option<(String, i32, Vec<u8>, Vec<u8>)> {
+/// err=BYTES tar=BYTES uname=ABI`, then the two outputs and the archive
+/// of the directory brought back.
+fn parse_results(raw: &[u8]) -> Option<Results> {
     let end = raw.iter().position(|&b| b == b'\n')?;
     let header = std::str::from_utf8(&raw[..end]).ok()?;
     let mut fields = std::collections::HashMap::new();
@@ -151,8 +172,15 @@ fn parse_results(raw: &[u8]) -> Option<(String, i32, Vec<u8>, Vec<u8>)> {
     let status: i32 = fields.get("rc")?.parse().ok()?;
     let out: usize = fields.get("out")?.parse().ok()?;
     let err: usize = fields.get("err")?.parse().ok()?;
-    let body = raw.get(end + 1..end + 1 + out + err)?;
-    Some((fields.get("uname")?.to_string(), status, body[..out].to_vec(), body[out..].to_vec()))
+    let tar: usize = fields.get("tar").map_or(Some(0), |t| t.parse().ok())?;
+    let body = raw.get(end + 1..end + 1 + out.checked_add(err)?.checked_add(tar)?)?;
+    Some(Results {
+        uname: fields.get("uname")?.to_string(),
+        status,
+        out: body[..out].to_vec(),
+        err: body[out..out + err].to_vec(),
+        tar: body[out + err..].to_vec(),
+    })
 }
 
 #[cfg(test)]
@@ -161,10 +189,13 @@ mod tests {
 
     #[test]
     fn results_are_read_back_whole_or_not_at_all() {
-        let mut raw = b"MBALLOC-GUEST rc=1 out=3 err=2 uname=6.1.0-56-cloud-amd64\nabcde".to_vec();
+        let mut raw = b"MBALLOC-GUEST rc=1 out=3 err=2 tar=4 uname=6.1.0-56-cloud-amd64\nabcdetar!".to_vec();
         raw.extend_from_slice(&[0; 64]);
-        let (uname, rc, out, err) = parse_results(&raw).unwrap();
-        assert_eq!((uname.as_str(), rc, &out[..], &err[..]), ("6.1.0-56-cloud-amd64", 1, &b"abc"[..], &b"de"[..]));
+        let r = parse_results(&raw).unwrap();
+        assert_eq!((r.uname.as_str(), r.status), ("6.1.0-56-cloud-amd64", 1));
+        assert_eq!((&r.out[..], &r.err[..], &r.tar[..]), (&b"abc"[..], &b"de"[..], &b"tar!"[..]));
+        let old = parse_results(b"MBALLOC-GUEST rc=0 out=1 err=0 uname=x\na").unwrap();
+        assert!(old.tar.is_empty(), "no archive field: nothing brought");
         assert!(parse_results(&[0; 128]).is_none(), "an untouched disk");
         assert!(parse_results(b"MBALLOC-GUEST rc=0 out=99 err=0 uname=x\nshort").is_none());
     }

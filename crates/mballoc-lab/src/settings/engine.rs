@@ -100,6 +100,7 @@ mod tests {
             ("mb_optimize_scan", "auto"),
             ("mb_best_avail_floor", "minimum"),
             ("linear_best_avail", "repeat"),
+            ("order_lists", "linked"),
             ("prealloc_table", "4 8 16 32"),
             ("stream_placement", "kernel"),
             ("concurrency", "legacy"),
