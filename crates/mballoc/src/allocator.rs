@@ -71,9 +71,8 @@ impl Allocator {
     /// would (every built group, in group order).
     pub fn set_tunables(&self, t: Tunables) -> Result<()> {
         t.validate(self.geo.blocks_per_group())?;
-        let was = self.tunables.load().order_lists;
         self.tunables.store(t);
-        if t.order_lists != was || (t.order_lists == crate::OrderLists::Linked) != self.lists.is_on() {
+        if (t.order_lists == crate::OrderLists::Linked) != self.lists.is_on() {
             self.restart_lists();
         }
         Ok(())

@@ -17,9 +17,9 @@
 
 use crate::allocator::Allocator;
 use crate::context::{Ctx, Status};
-use crate::criteria::{good_group, request_bucket, Criterion};
+use crate::criteria::{request_bucket, Criterion};
 use crate::order_index::IndexKind;
-use crate::scan::best_avail_orders;
+use crate::scan::{best_avail_orders, trim_goal, untrim_goal};
 
 impl Allocator {
     /// Run cheap pass `cr` once from `start` the way kernels with linked
@@ -46,8 +46,7 @@ impl Allocator {
             }
         }
         if cr == Criterion::BestAvailLen {
-            ctx.goal_len = ctx.orig_goal_len;
-            ctx.whole_run = false;
+            untrim_goal(ctx);
         }
     }
 
@@ -64,21 +63,14 @@ impl Allocator {
                 self.first_listed(ctx, cr, IndexKind::AvgFragmentSize, lo..=top)
             }
             Criterion::BestAvailLen => {
+                // The goal stays trimmed to the length that found a group;
+                // `scan_listed` puts it back when the pass ends.
                 let (order, min_order) = best_avail_orders(ctx);
-                let stripe = ctx.t.stripe;
-                for i in (min_order..=order).rev() {
-                    ctx.goal_len = 1 << i;
-                    if stripe > 0 {
-                        ctx.goal_len = ctx.goal_len.div_ceil(stripe) * stripe;
-                    }
+                (min_order..=order).rev().find_map(|i| {
+                    trim_goal(ctx, i);
                     let bucket = request_bucket(ctx.goal_len, self.geo.num_orders());
-                    if let Some(g) = self.first_listed(ctx, cr, IndexKind::AvgFragmentSize, bucket..=bucket) {
-                        return Some(g);
-                    }
-                }
-                ctx.goal_len = ctx.orig_goal_len;
-                ctx.whole_run = false;
-                None
+                    self.first_listed(ctx, cr, IndexKind::AvgFragmentSize, bucket..=bucket)
+                })
             }
             Criterion::GoalLenSlow | Criterion::AnyFree => unreachable!("expensive passes scan linearly"),
         }
@@ -94,16 +86,10 @@ impl Allocator {
         kind: IndexKind,
         orders: std::ops::RangeInclusive<usize>,
     ) -> Option<u32> {
-        let flex = self.flex_groups;
-        let (goal_len, two_order, min_len, is_data) = (ctx.goal_len, ctx.two_order, ctx.min_len, ctx.is_data);
         let mut considered = 0;
         let found = self.lists.first(kind, orders, |g| {
             considered += 1;
-            // Data never starts a flex group's first group at CR_POWER2_ALIGNED.
-            if cr == Criterion::PowerOf2Aligned && is_data && flex >= 4 && g.is_multiple_of(flex) {
-                return false;
-            }
-            good_group(cr, &self.groups.summary(g), goal_len, two_order, min_len)
+            self.good_without_lock(ctx, cr, g)
         });
         ctx.cr_considered[cr.index()] += considered;
         found

@@ -239,13 +239,9 @@ impl Allocator {
     /// trimmed one order at a time, never below the original request.
     fn scan_best_avail(&self, ctx: &mut Ctx, cr: Criterion, start: u32, n: u32) {
         let (order, min_order) = best_avail_orders(ctx);
-        let stripe = ctx.t.stripe;
         'halves: for (lo, hi) in [(start, n), (0, start)] {
             for i in (min_order..=order).rev() {
-                ctx.goal_len = 1 << i;
-                if stripe > 0 {
-                    ctx.goal_len = ctx.goal_len.div_ceil(stripe) * stripe;
-                }
+                trim_goal(ctx, i);
                 let set =
                     self.index.set(IndexKind::AvgFragmentSize, request_bucket(ctx.goal_len, self.geo.num_orders()));
                 if set.is_empty() {
@@ -267,9 +263,22 @@ impl Allocator {
             }
         }
         if ctx.status == Status::Continue {
-            ctx.goal_len = ctx.orig_goal_len;
-            ctx.whole_run = false;
+            untrim_goal(ctx);
         }
+    }
+
+    /// `ext4_mb_good_group` from the group's lock-free summary: whether
+    /// pass `cr` may take group `g` for this request. Data never starts a
+    /// flex group's first group at CR_POWER2_ALIGNED.
+    pub(crate) fn good_without_lock(&self, ctx: &Ctx, cr: Criterion, g: u32) -> bool {
+        if cr == Criterion::PowerOf2Aligned
+            && ctx.is_data
+            && self.flex_groups >= 4
+            && g.is_multiple_of(self.flex_groups)
+        {
+            return false;
+        }
+        good_group(cr, &self.groups.summary(g), ctx.goal_len, ctx.two_order, ctx.min_len)
     }
 
     /// Look at one group under pass `cr` (`ext4_mb_scan_group`).
@@ -283,15 +292,7 @@ impl Allocator {
                 return;
             }
         }
-        if cr == Criterion::PowerOf2Aligned
-            && ctx.is_data
-            && self.flex_groups >= 4
-            && g.is_multiple_of(self.flex_groups)
-        {
-            return;
-        }
-        let summary = self.groups.summary(g);
-        if !good_group(cr, &summary, ctx.goal_len, ctx.two_order, ctx.min_len) {
+        if !self.good_without_lock(ctx, cr, g) {
             return;
         }
         let slot = self.groups.slot(g);
@@ -494,4 +495,20 @@ pub(crate) fn best_avail_orders(ctx: &mut Ctx) -> (u32, u32) {
         min_order = 32 - floor.leading_zeros();
     }
     (order, min_order)
+}
+
+/// CR_BEST_AVAIL_LEN's goal trimmed to `2^order` blocks, rounded up to a
+/// whole stripe.
+pub(crate) fn trim_goal(ctx: &mut Ctx, order: u32) {
+    ctx.goal_len = 1 << order;
+    let stripe = ctx.t.stripe;
+    if stripe > 0 {
+        ctx.goal_len = ctx.goal_len.div_ceil(stripe) * stripe;
+    }
+}
+
+/// The goal as it was before CR_BEST_AVAIL_LEN trimmed it.
+pub(crate) fn untrim_goal(ctx: &mut Ctx) {
+    ctx.goal_len = ctx.orig_goal_len;
+    ctx.whole_run = false;
 }
