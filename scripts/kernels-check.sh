@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The kernel profile of another kernel, proven on that kernel: Debian's
-# 6.1 (before CR_BEST_AVAIL_LEN, with linked order lists and one stream
+# 6.1 (before CR_BEST_AVAIL_LEN, with linked order lists, short runs
+# measured, page-sized folios, the older punch and one stream
 # goal) fetched,
 # booted under qemu with this build of mballoc inside, and fidelity cases
 # run there against the engine under the profile of 6.1, every file
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 kernel=${1:-6.1}
 shift || true
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(interleaved-appends fallocate-fill delete-refill fragmented-free)
+[ ${#cases[@]} -gt 0 ] || cases=(interleaved-appends fallocate-fill delete-refill fragmented-free short-scans punch-edges)
 for tool in apt-get dpkg-deb depmod qemu-system-x86_64; do
     command -v "$tool" >/dev/null || { echo "kernels: skipped: no $tool"; exit 0; }
 done

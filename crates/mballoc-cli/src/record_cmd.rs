@@ -48,6 +48,12 @@ pub struct ReplayArgs {
     /// allocator to try something else. Repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// The kernel that recorded the trace, as `6.1` or a `uname -r`
+    /// string (default: a recording's own, else the running kernel's):
+    /// the engine answers under its profile, and its numbered passes are
+    /// named as it numbered them.
+    #[arg(long, value_name = "VERSION")]
+    kernel: Option<String>,
     /// Exit 1 when fewer searched requests than this share got the
     /// kernel's extent (percent).
     #[arg(long, value_name = "PCT", default_value_t = 0.0)]
@@ -110,7 +116,15 @@ pub fn run_replay(a: &ReplayArgs) -> Result<()> {
         })
         .transpose()?;
     let s = Settings::from_assignments(&a.set)?;
-    let r = mballoc_lab::fidelity::replay::replay_path(&a.trace, a.image.as_deref(), dev, &s)?;
+    let kernel = a
+        .kernel
+        .as_deref()
+        .map(|k| {
+            mballoc_fs::KernelVersion::from_release(k)
+                .with_context(|| format!("--kernel {k}: a version such as 6.1 or a `uname -r` string"))
+        })
+        .transpose()?;
+    let r = mballoc_lab::fidelity::replay::replay_path(&a.trace, a.image.as_deref(), dev, kernel, &s)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

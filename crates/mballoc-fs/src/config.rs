@@ -54,6 +54,12 @@ pub enum PunchBehaviour {
     /// boundary at or after the size), and the preallocations are given
     /// back only when whole blocks are removed.
     Ext4,
+    /// As [`Self::Ext4`], but an end past the size is cut at the end of
+    /// the page holding the first byte past the size, so a size on a page
+    /// boundary also loses the page after it: ext4 before Zhang Yi's
+    /// "ext4: refactor ext4_punch_hole()" (6.15; the 6.12 stable series
+    /// has it too).
+    Ext4PageAfterSize,
 }
 
 /// When blocks a file gave up may be allocated again.

@@ -85,6 +85,17 @@ pub enum KernelRule {
     OrderLists,
     /// The CR_BEST_AVAIL_LEN pass (6.4).
     BestAvail,
+    /// The cheap passes step over free runs shorter than the goal (6.4,
+    /// the same series); before, they measured them.
+    SkipShortRuns,
+    /// A punch past the size ends at the page holding the size's last byte
+    /// (6.15, and 6.12 stable); before, at the page after it when the size
+    /// is on a page boundary.
+    PunchToSizePage,
+    /// Large folios for regular files (6.16): after a short allocation
+    /// writeback asks for the rest of a folio of up to 2 MiB; before, of a
+    /// page.
+    LargeFolios,
     /// A stream goal per CPU (6.17); before, one.
     StreamGoalPerCpu,
     /// The order lists kept by group number (6.17, and 6.12 stable);
@@ -97,10 +108,13 @@ pub enum KernelRule {
 
 impl KernelRule {
     /// Every rule, oldest first.
-    pub const ALL: [KernelRule; 5] = [
+    pub const ALL: [KernelRule; 8] = [
         KernelRule::OrderLists,
         KernelRule::BestAvail,
+        KernelRule::SkipShortRuns,
         KernelRule::StripeInBlocks,
+        KernelRule::PunchToSizePage,
+        KernelRule::LargeFolios,
         KernelRule::StreamGoalPerCpu,
         KernelRule::OrderXarrays,
     ];
@@ -109,17 +123,20 @@ impl KernelRule {
     pub fn since(self) -> KernelVersion {
         match self {
             KernelRule::OrderLists => KernelVersion::new(5, 13),
-            KernelRule::BestAvail => KernelVersion::new(6, 4),
+            KernelRule::BestAvail | KernelRule::SkipShortRuns => KernelVersion::new(6, 4),
             KernelRule::StripeInBlocks => KernelVersion::new(6, 5),
+            KernelRule::PunchToSizePage => KernelVersion::new(6, 15),
+            KernelRule::LargeFolios => KernelVersion::new(6, 16),
             KernelRule::StreamGoalPerCpu | KernelRule::OrderXarrays => KernelVersion::new(6, 17),
         }
     }
 
     /// Whether kernel `version` follows it.
     pub fn in_kernel(self, version: KernelVersion) -> bool {
-        // The 6.12 stable series took the xarrays (read in the source of
-        // Debian's 6.12.117, and proven on it by `lab fidelity`).
-        version >= self.since() || (self == KernelRule::OrderXarrays && version == KernelVersion::new(6, 12))
+        // The 6.12 stable series took the xarrays and the punch (read in the
+        // source of Debian's 6.12.117, and proven on it by `lab fidelity`).
+        let in_6_12_stable = matches!(self, KernelRule::OrderXarrays | KernelRule::PunchToSizePage);
+        version >= self.since() || (in_6_12_stable && version == KernelVersion::new(6, 12))
     }
 
     /// The change, as its series named it.
@@ -129,9 +146,14 @@ impl KernelRule {
                 "mb_optimize_scan's order lists (\"ext4: improve cr 0 / cr 1 group scanning\", 5.13)"
             }
             KernelRule::BestAvail => "CR_BEST_AVAIL_LEN (\"ext4: Add allocation criteria 1.5 (CR1_5)\", 6.4)",
+            KernelRule::SkipShortRuns => {
+                "short free runs stepped over in the cheap passes (\"ext4: Avoid scanning smaller extents in BG during CR1\", 6.4)"
+            }
             KernelRule::StreamGoalPerCpu => {
                 "a stream goal per CPU (\"ext4: utilize multiple global goals to reduce contention\", 6.17)"
             }
+            KernelRule::PunchToSizePage => "a punch past the size cut at the size's page (\"ext4: refactor ext4_punch_hole()\", 6.15, and 6.12 stable)",
+            KernelRule::LargeFolios => "large folios for regular files (\"ext4: enable large folio for regular file\", 6.16)",
             KernelRule::StripeInBlocks => "the stripe in clusters (\"ext4: treat stripe in block unit\", 6.5)",
             KernelRule::OrderXarrays => {
                 "order lists by group number (\"ext4: convert free groups order lists to xarrays\", 6.17, and 6.12 stable)"
@@ -158,6 +180,9 @@ impl FsConfig {
         if !has(KernelRule::BestAvail) {
             cfg.placement.policy = Some(Arc::new(mballoc::KernelPolicyBeforeBestAvail));
         }
+        if !has(KernelRule::SkipShortRuns) {
+            cfg.placement.tunables.short_runs = mballoc::ShortRuns::Measure;
+        }
         if !has(KernelRule::StreamGoalPerCpu) {
             cfg.placement.stream_goals = Some(1);
         }
@@ -166,6 +191,12 @@ impl FsConfig {
         }
         if !has(KernelRule::StripeInBlocks) {
             cfg.behaviour.stripe_units = crate::StripeUnits::BlocksAsClusters;
+        }
+        if !has(KernelRule::PunchToSizePage) {
+            cfg.behaviour.punch = crate::PunchBehaviour::Ext4PageAfterSize;
+        }
+        if !has(KernelRule::LargeFolios) {
+            cfg.behaviour.page_cache = crate::PageCache::Folios { largest: crate::page_cache::PAGE };
         }
         if !has(KernelRule::OrderXarrays) {
             cfg.placement.tunables.order_lists = mballoc::OrderLists::Linked;
@@ -193,9 +224,13 @@ mod tests {
         let oldest = FsConfig::kernel_of(geo, KernelVersion::new(5, 10));
         assert_eq!(oldest.placement.tunables.mb_optimize_scan, mballoc::OptimizeScan::Off);
         assert_eq!(old.placement.tunables.order_lists, mballoc::OrderLists::Linked);
+        assert_eq!(old.placement.tunables.short_runs, mballoc::ShortRuns::Measure);
+        assert_eq!(old.behaviour.page_cache, crate::PageCache::Folios { largest: 4096 });
+        assert_eq!(old.behaviour.punch, crate::PunchBehaviour::Ext4PageAfterSize);
         let mid = FsConfig::kernel_of(geo, KernelVersion::new(6, 12));
         assert!(mid.placement.policy.is_none() && mid.placement.stream_goals == Some(1));
         assert_eq!(mid.placement.tunables.order_lists, mballoc::OrderLists::ByGroup, "6.12 stable has the xarrays");
+        assert_eq!(mid.behaviour.punch, crate::PunchBehaviour::Ext4, "and the punch");
         let between = FsConfig::kernel_of(geo, KernelVersion::new(6, 16));
         assert_eq!(between.placement.tunables.order_lists, mballoc::OrderLists::Linked);
         let new = FsConfig::kernel_of(geo, KernelVersion::NEWEST);

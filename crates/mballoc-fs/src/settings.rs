@@ -20,7 +20,7 @@ use crate::{
     CloseBehaviour, ExtentTreeBlocks, FsConfig, FsError, InodeNumbers, Normalization, PreallocTable, PunchBehaviour,
     RequestSize, StreamPlacement, SyncOrder,
 };
-use mballoc::{BestAvailFloor, Concurrency, LinearBestAvail, OptimizeScan, OrderLists};
+use mballoc::{BestAvailFloor, Concurrency, LinearBestAvail, OptimizeScan, OrderLists, ShortRuns};
 
 /// Which part of [`FsConfig`] a setting changes: what a mounted volume
 /// can take ([`Part::Placement`], [`Part::Behaviour`], and the profile,
@@ -78,6 +78,7 @@ impl Setting {
                     | "mb_best_avail_floor"
                     | "linear_best_avail"
                     | "order_lists"
+                    | "short_runs"
                     | "concurrency"
                     | "stream_goals"
                     | "flex_groups"
@@ -138,6 +139,7 @@ pub const SETTINGS: &[Setting] = &[
     k("mb_best_avail_floor", "choice", "request | minimum", "how far CR_BEST_AVAIL_LEN may trim", P),
     k("linear_best_avail", "choice", "skip | repeat", "whether the linear groups are scanned again at best-avail", P),
     k("order_lists", "choice", "by-group | linked", "how the cheap passes choose groups: sets walked from the start group (6.17 on), or linked lists read from their heads (before)", P),
+    k("short_runs", "choice", "skip | measure", "free runs shorter than the goal in the cheap passes: stepped over (6.4 on), or measured like any other (before)", P),
     k("prealloc_table", "blocks", "kernel | sizes \"4 8 ... 2048\"", "window sizes (ldiskfs's table)", P),
     k("mb_small_req", "blocks", "0 ..", "with prealloc_table: requests below it use the locality group", P),
     k("mb_large_req", "blocks", "0 ..", "with prealloc_table: files from this size on stop using it", P),
@@ -167,13 +169,18 @@ const BEST_AVAIL_FLOOR: &[(&str, BestAvailFloor)] =
 const LINEAR_BEST_AVAIL: &[(&str, LinearBestAvail)] =
     &[("skip", LinearBestAvail::Skip), ("repeat", LinearBestAvail::Repeat)];
 const ORDER_LISTS: &[(&str, OrderLists)] = &[("by-group", OrderLists::ByGroup), ("linked", OrderLists::Linked)];
+const SHORT_RUNS: &[(&str, ShortRuns)] = &[("skip", ShortRuns::Skip), ("measure", ShortRuns::Measure)];
 const STREAM_PLACEMENT: &[(&str, StreamPlacement)] =
     &[("per-file", StreamPlacement::PerFile), ("kernel", StreamPlacement::Kernel)];
 const CONCURRENCY: &[(&str, Concurrency)] = &[("scalable", Concurrency::Scalable), ("legacy", Concurrency::Legacy)];
 const SYNC_ORDER: &[(&str, SyncOrder)] = &[("by-inode", SyncOrder::ByInode), ("dirtied", SyncOrder::Dirtied)];
 const CLOSE: &[(&str, CloseBehaviour)] =
     &[("discard", CloseBehaviour::DiscardAtLastClose), ("ext4", CloseBehaviour::Ext4)];
-const PUNCH: &[(&str, PunchBehaviour)] = &[("as-given", PunchBehaviour::AsGiven), ("ext4", PunchBehaviour::Ext4)];
+const PUNCH: &[(&str, PunchBehaviour)] = &[
+    ("as-given", PunchBehaviour::AsGiven),
+    ("ext4", PunchBehaviour::Ext4),
+    ("ext4-page-after-size", PunchBehaviour::Ext4PageAfterSize),
+];
 const EXTENT_TREE: &[(&str, ExtentTreeBlocks)] =
     &[("outside", ExtentTreeBlocks::Outside), ("in-volume", ExtentTreeBlocks::InVolume)];
 
@@ -227,6 +234,7 @@ impl FsConfig {
             "mb_best_avail_floor" => name_of(BEST_AVAIL_FLOOR, &t.mb_best_avail_floor),
             "linear_best_avail" => name_of(LINEAR_BEST_AVAIL, &t.linear_best_avail),
             "order_lists" => name_of(ORDER_LISTS, &t.order_lists),
+            "short_runs" => name_of(SHORT_RUNS, &t.short_runs),
             "prealloc_table" => table()
                 .map_or("kernel".into(), |t| t.sizes().iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")),
             "mb_small_req" => table_reqs(&cfg.placement.normalization).0.to_string(),
@@ -348,6 +356,7 @@ fn apply(cfg: &mut FsConfig, key: &str, value: &str) -> Result<(), String> {
         "mb_best_avail_floor" => t.mb_best_avail_floor = named(BEST_AVAIL_FLOOR, value)?,
         "linear_best_avail" => t.linear_best_avail = named(LINEAR_BEST_AVAIL, value)?,
         "order_lists" => t.order_lists = named(ORDER_LISTS, value)?,
+        "short_runs" => t.short_runs = named(SHORT_RUNS, value)?,
         "prealloc_table" => {
             cfg.placement.normalization = if value == "kernel" {
                 Normalization::KernelWindows

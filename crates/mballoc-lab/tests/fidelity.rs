@@ -66,7 +66,7 @@ fn check_stored(name: &str) {
     // The allocator alone, taught the kernel's earlier answers, searches
     // each request again: the same extent by the same pass every time.
     let trace = std::fs::read_to_string(data().join(format!("{name}.trace"))).unwrap();
-    let r = replay::replay_file(&trace, None, run.image(), |_| {}).unwrap();
+    let r = replay::replay_file(&trace, None, run.image(), run.kernel_version, |_| {}).unwrap();
     eprintln!("{}", r.text());
     assert!(r.searched > 0, "{name}: no request reached the allocator");
     assert_eq!(r.same_extent, r.searched, "{name}: {:?}", r.first_divergence);
@@ -91,6 +91,16 @@ fn check_stored_older(name: &str) {
     let run = stored::load(&data(), name).unwrap_or_else(|e| panic!("{name}: {}", mballoc_lab::chain(&e)));
     assert!(run.kernel_version < mballoc_fs::KernelVersion::NEWEST, "{name}: kept on an older kernel");
     same_outcome(name, &run);
+    // The search alone, under that kernel's profile and the case's knobs,
+    // its passes named as it numbered them.
+    let trace = std::fs::read_to_string(data().join(format!("{name}.trace"))).unwrap();
+    let r = replay::replay_file(&trace, None, run.image(), run.kernel_version, |cfg| {
+        run.case.ext4.apply_engine(cfg);
+    })
+    .unwrap();
+    assert!(r.searched > 0, "{name}: no request reached the allocator");
+    assert_eq!(r.same_extent, r.searched, "{name}: {:?}", r.first_divergence);
+    assert_eq!(r.same_pass, r.searched, "{name}: passes differ");
 }
 
 /// Linux 6.1's linked order lists and its commit-order frees: a volume
@@ -99,6 +109,19 @@ fn check_stored_older(name: &str) {
 #[test]
 fn kept_run_on_6_1_fragmented_free() {
     check_stored_older("fragmented-free-6.1");
+}
+
+/// Linux 6.1's cheap pass measuring the short free runs it steps over
+/// from 6.4 on: with `mb_max_to_scan=2` they decide which run is taken.
+#[test]
+fn kept_run_on_6_1_short_scans() {
+    check_stored_older("short-scans-6.1");
+}
+
+/// Linux 6.1's punch.
+#[test]
+fn kept_run_on_6_1_punch_edges() {
+    check_stored_older("punch-edges-6.1");
 }
 
 /// Linux 6.1's stripe, counted in clusters on a bigalloc volume.
@@ -146,21 +169,32 @@ fn a_difference_between_two_kernels_is_put_down_to_the_rule_that_makes_it() {
     }
     let case = fidelity::builtin(true).into_iter().find(|c| c.name == "fragmented-free").expect("a built-in case");
     let (v6_1, v6_12, v6_18) = (KernelVersion::new(6, 1), KernelVersion::new(6, 12), KernelVersion::new(6, 18));
-    // 6.12 and 6.18 differ in stream goals per CPU (two CPUs modelled): the
-    // answers part, and that rule alone parts them.
+    // 6.12 and 6.18 differ in large folios, which this case's whole-run
+    // writebacks never show, and in stream goals per CPU (two CPUs
+    // modelled): the answers part, and that rule alone parts them.
     let d = fidelity::kernel_diff(&case, v6_12, v6_18, 2).unwrap();
     assert!(d.agreement.first_divergence.is_some(), "{}", d.text(v6_12, v6_18));
-    assert_eq!(d.rules, vec![(KernelRule::StreamGoalPerCpu.change().to_string(), true)]);
+    assert_eq!(
+        d.rules,
+        vec![
+            (KernelRule::LargeFolios.change().to_string(), false),
+            (KernelRule::StreamGoalPerCpu.change().to_string(), true)
+        ]
+    );
     // 6.1 and 6.12 differ in CR_BEST_AVAIL_LEN, which this case never
-    // reaches, in the stripe's units (it has no stripe), and in the order
-    // lists (6.12 stable has the xarrays): the lists alone part them.
+    // reaches, in the short runs CR_GOAL_LEN_FAST measures, in the
+    // stripe's units (it has no stripe), in the punch (it punches
+    // nothing) and in the order lists (6.12 stable has the xarrays): the
+    // lists alone part them.
     let old = fidelity::kernel_diff(&case, v6_1, v6_12, 2).unwrap();
     assert!(old.agreement.first_divergence.is_some(), "{}", old.text(v6_1, v6_12));
     assert_eq!(
         old.rules,
         vec![
             (KernelRule::BestAvail.change().to_string(), false),
+            (KernelRule::SkipShortRuns.change().to_string(), false),
             (KernelRule::StripeInBlocks.change().to_string(), false),
+            (KernelRule::PunchToSizePage.change().to_string(), false),
             (KernelRule::OrderXarrays.change().to_string(), true)
         ]
     );

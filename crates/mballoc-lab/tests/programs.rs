@@ -106,7 +106,7 @@ fn real_programs_replay_on_the_engine() {
             let spec = RecordSpec { command, bytes: 512 << 20, block_size, ext4: ext4.clone(), out: out.clone() };
             let meta = record(&spec).unwrap_or_else(|e| panic!("recording {name}: {}", mballoc_lab::chain(&e)));
             assert_eq!(meta.lost_events, 0, "{name}: the ring buffer dropped events");
-            let r = replay_path(&out, None, None, &Settings::default())
+            let r = replay_path(&out, None, None, None, &Settings::default())
                 .unwrap_or_else(|e| panic!("replaying {name}: {}", mballoc_lab::chain(&e)));
             let pct = 100.0 * r.same_extent as f64 / r.searched.max(1) as f64;
             eprintln!(

@@ -57,7 +57,8 @@
 //!    they scan groups linearly. Kernels before 6.17 kept linked lists
 //!    instead, read from their heads ([`OrderLists::Linked`]).
 //! 4. **Inside a group** the power-of-two pass takes the first big-enough buddy
-//!    chunk; the others measure free runs best-fit: an exact fit wins at once,
+//!    chunk; the others measure free runs best-fit (the cheap ones step over
+//!    runs shorter than the goal, [`ShortRuns`]): an exact fit wins at once,
 //!    a larger one is taken at the end of the group or after `mb_min_to_scan`
 //!    extents, and after `mb_max_to_scan` extents the best so far is taken.
 //!
@@ -161,7 +162,7 @@ pub use policy::{
 pub use request::{AllocKind, AllocRequest, Allocation, Extent, FoundBy, GoalPolicy};
 pub use stats::MbStats;
 pub use stream_goal::Concurrency;
-pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, OrderLists, Tunables};
+pub use tunables::{BestAvailFloor, LinearBestAvail, OptimizeScan, OrderLists, ShortRuns, Tunables};
 pub use verify::Violation;
 
 // Thread safety, checked when the crate compiles: an `Allocator` is shared

@@ -12,7 +12,7 @@ use crate::group::{summary_of, GroupSlot};
 use crate::order_index::IndexKind;
 use crate::request::{Extent, FoundBy, GoalPolicy};
 use crate::stream_goal::Concurrency;
-use crate::tunables::{BestAvailFloor, LinearBestAvail, OrderLists};
+use crate::tunables::{BestAvailFloor, LinearBestAvail, OrderLists, ShortRuns};
 
 impl Allocator {
     /// Serve `ctx`: the goal first, then the passes, then the best
@@ -362,7 +362,7 @@ impl Allocator {
         while free > 0 && ctx.status == Status::Continue {
             i = buddy.next_free(i);
             assert!(i < buddy.len(), "group {g}: info counts free blocks the bitmap lacks");
-            if cr.is_cheap() {
+            if cr.is_cheap() && ctx.t.short_runs == ShortRuns::Skip {
                 let j = buddy.next_used(i);
                 if j - i < ctx.goal_len {
                     free -= j - i;

@@ -62,6 +62,20 @@ pub enum OrderLists {
     Linked,
 }
 
+/// What the cheap passes' group scans do with a free run shorter than the
+/// goal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShortRuns {
+    /// Step over it: a group a cheap pass chose has a long enough run, so
+    /// a short one is never the answer (Linux 6.4 on, the CR1.5 series'
+    /// "Avoid scanning smaller extents in BG during CR1").
+    #[default]
+    Skip,
+    /// Measure it like any other, as kernels before 6.4 did: it counts
+    /// towards `mb_max_to_scan` and may become the best candidate.
+    Measure,
+}
+
 /// Allocator tunables. Field names are the kernel's sysfs attributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunables {
@@ -113,6 +127,9 @@ pub struct Tunables {
     /// How the cheap passes choose groups (not a kernel knob: which one a
     /// kernel uses depends on its version).
     pub order_lists: OrderLists,
+    /// Free runs shorter than the goal in the cheap passes (not a kernel
+    /// knob: which one a kernel uses depends on its version).
+    pub short_runs: ShortRuns,
 }
 
 impl Default for Tunables {
@@ -134,6 +151,7 @@ impl Default for Tunables {
             linear_best_avail: LinearBestAvail::Skip,
             stripe: 0,
             order_lists: OrderLists::ByGroup,
+            short_runs: ShortRuns::Skip,
         }
     }
 }
@@ -196,7 +214,7 @@ impl Tunables {
 
 /// Tunables in atomics: snapshot per request, store from any thread.
 pub(crate) struct AtomicTunables {
-    fields: [AtomicU32; 16],
+    fields: [AtomicU32; 17],
 }
 
 impl AtomicTunables {
@@ -238,6 +256,10 @@ impl AtomicTunables {
                 OrderLists::ByGroup => 0,
                 OrderLists::Linked => 1,
             },
+            match t.short_runs {
+                ShortRuns::Skip => 0,
+                ShortRuns::Measure => 1,
+            },
         ];
         for (f, v) in self.fields.iter().zip(v) {
             f.store(v, Ordering::Relaxed);
@@ -272,6 +294,7 @@ impl AtomicTunables {
             linear_best_avail: if f(13) == 1 { LinearBestAvail::Repeat } else { LinearBestAvail::Skip },
             stripe: f(14),
             order_lists: if f(15) == 1 { OrderLists::Linked } else { OrderLists::ByGroup },
+            short_runs: if f(16) == 1 { ShortRuns::Measure } else { ShortRuns::Skip },
         }
     }
 }
@@ -288,7 +311,7 @@ mod tests {
         assert!(Tunables { mb_max_to_scan: 0, ..t }.validate(32768).is_err());
         assert!(Tunables { mb_c2_threshold: 101, ..t }.validate(32768).is_err());
         assert!(Tunables { stripe: 40000, ..t }.validate(32768).is_err());
-        let striped = Tunables { stripe: 64, order_lists: OrderLists::Linked, ..t };
+        let striped = Tunables { stripe: 64, order_lists: OrderLists::Linked, short_runs: ShortRuns::Measure, ..t };
         assert_eq!(AtomicTunables::new(striped).load(), striped);
         let l = Tunables { mb_best_avail_floor: BestAvailFloor::Minimum, ..t.with_lustre_thresholds() };
         assert_eq!(AtomicTunables::new(l).load(), l);

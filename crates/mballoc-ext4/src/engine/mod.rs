@@ -76,13 +76,24 @@ fn with_stripe(t: &mut mballoc::Tunables, sb: &crate::superblock::Ext4Superblock
 /// with the image's flex groups. Its `mb_groups_report` is the kernel's
 /// `mb_groups` for the image.
 pub fn allocator<S: BlockSource>(vol: &Ext4Volume<S>) -> Result<Allocator> {
-    let mut t = mballoc::Tunables::default();
-    with_stripe(&mut t, vol.superblock(), StripeUnits::Converted);
-    let alloc = Allocator::builder(geometry(vol)?)
-        .flex_groups(flex_groups(vol))
-        .tunables(t)
-        .build()
-        .map_err(|e| Ext4Error::Unsupported(format!("engine: {e}")))?;
+    allocator_with(vol, mballoc::Tunables::default(), StripeUnits::Converted, None)
+}
+
+/// [`allocator`] tuned by `t` (the image's stripe, in the `units` the
+/// profile counts it in, where `t` sets none) and deciding by `policy`
+/// (ext4's where `None`): the allocator of one kernel profile.
+pub fn allocator_with<S: BlockSource>(
+    vol: &Ext4Volume<S>,
+    mut t: mballoc::Tunables,
+    units: StripeUnits,
+    policy: Option<std::sync::Arc<dyn mballoc::Policy>>,
+) -> Result<Allocator> {
+    with_stripe(&mut t, vol.superblock(), units);
+    let mut builder = Allocator::builder(geometry(vol)?).flex_groups(flex_groups(vol)).tunables(t);
+    if let Some(p) = policy {
+        builder = builder.policy(p);
+    }
+    let alloc = builder.build().map_err(|e| Ext4Error::Unsupported(format!("engine: {e}")))?;
     for (g, bitmap) in bitmaps(vol)?.iter().enumerate() {
         alloc
             .load_group_bitmap(g as u32, bitmap)

@@ -243,20 +243,26 @@ impl Fs {
             return Err(FsError::ZeroLength);
         }
         self.block_range(offset, len)?;
-        let ext4 = self.config().behaviour.punch == crate::config::PunchBehaviour::Ext4;
+        let punch = self.config().behaviour.punch;
+        let ext4 = punch != crate::config::PunchBehaviour::AsGiven;
         self.with_inode(f, true, |node, ino| {
             let mut len = len;
             if ext4 {
                 // ext4_punch_hole: nothing at or past the size, and an end
                 // past it cut to the page boundary at or after the size
                 // (`round_up(i_size, PAGE_SIZE)`; a size on a page boundary
-                // keeps the block after it).
+                // keeps the block after it), or before 6.15 at the end of
+                // the page holding the first byte past the size.
                 const PAGE: u64 = 4096;
                 if offset >= ino.size {
                     return Ok(());
                 }
                 if offset + len > ino.size {
-                    len = ino.size.div_ceil(PAGE) * PAGE - offset;
+                    let end = match punch {
+                        crate::config::PunchBehaviour::Ext4PageAfterSize => ino.size / PAGE * PAGE + PAGE,
+                        _ => ino.size.div_ceil(PAGE) * PAGE,
+                    };
+                    len = end - offset;
                 }
             }
             let bs = self.ext4_block_size();

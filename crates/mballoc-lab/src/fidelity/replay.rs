@@ -32,8 +32,9 @@
 //! operations themselves: `mballoc lab fidelity`.
 
 use crate::error::LabError;
-use crate::kernel_trace::{Event, Flags, GroupExtent, KernelTrace};
+use crate::kernel_trace::{pass_name, Event, Flags, GroupExtent, KernelTrace};
 use mballoc::{AllocRequest, Allocator, FoundBy};
+use mballoc_fs::{FsConfig, KernelVersion};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -119,13 +120,20 @@ fn pass_index(cr: &str) -> Option<usize> {
     mballoc::Criterion::ALL.iter().position(|c| c.kernel_name() == cr)
 }
 
-/// Replay `trace` on an allocator holding `image`'s free space, tuned as
+/// Replay `trace`, recorded on `kernel` (which names its numbered
+/// passes), on an allocator holding `image`'s free space, tuned as
 /// `tunables` say (the kernel's defaults, or a policy to try). Blocks in
 /// the trace are ext4's; `base` is the image's first data block. With
 /// bigalloc the allocator's units are clusters of `2^cluster_bits`
 /// blocks: the allocation events print clusters already, frees print
 /// blocks and are cut to the clusters ext4 frees.
-pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64, cluster_bits: u32) -> Result<ReplayReport, LabError> {
+pub fn replay(
+    trace: &KernelTrace,
+    kernel: KernelVersion,
+    alloc: &Allocator,
+    base: u64,
+    cluster_bits: u32,
+) -> Result<ReplayReport, LabError> {
     let geo = *alloc.geometry();
     let bpg = u64::from(geo.blocks_per_group());
     let mut r = ReplayReport { lost_events: trace.lost, ..ReplayReport::default() };
@@ -171,7 +179,7 @@ pub fn replay(trace: &KernelTrace, alloc: &Allocator, base: u64, cluster_bits: u
                 let kernel_pass = if *groups == 0 && result.group == goal.group && result.start == goal.start {
                     5
                 } else {
-                    pass_index(cr).unwrap_or(4)
+                    pass_index(&pass_name(cr, (kernel.major, kernel.minor))).unwrap_or(4)
                 };
                 r.pass_hits.0[kernel_pass] += 1;
                 let kernel_block = block_of(result);
@@ -328,14 +336,16 @@ fn each_run(a: &Allocator, b: u64, n: u64, used: bool, mut f: impl FnMut(u64, u6
     }
 }
 
-/// Parse a trace file's text and replay it on `image` (an ext4 image as
-/// it was when the trace began; a `.qcow2` from `e2image -Q` is expanded
-/// first) with `configure` choosing the tunables.
+/// Parse a trace file's text, recorded on `kernel`, and replay it on
+/// `image` (an ext4 image as it was when the trace began; a `.qcow2` from
+/// `e2image -Q` is expanded first) under that kernel's profile, which
+/// `configure` may change.
 pub fn replay_file(
     trace_text: &str,
     dev: Option<(u32, u32)>,
     image: &std::path::Path,
-    configure: impl FnOnce(&mut mballoc::Tunables),
+    kernel: KernelVersion,
+    configure: impl FnOnce(&mut FsConfig),
 ) -> Result<ReplayReport, LabError> {
     let trace = KernelTrace::parse(trace_text, dev)?;
     if trace.events.is_empty() {
@@ -349,16 +359,20 @@ pub fn replay_file(
     let src = mballoc_ext4::FileSource::open(image).map_err(|e| LabError::io(image.display().to_string(), e))?;
     let vol = mballoc_ext4::Ext4Volume::open(src, mballoc_ext4::ChecksumPolicy::Verify)?;
     let base = u64::from(vol.superblock().first_data_block);
-    let alloc = mballoc_ext4::engine::allocator(&vol)?;
+    let mut cfg = FsConfig::kernel_of(mballoc_ext4::engine::geometry(&vol)?, kernel);
+    configure(&mut cfg);
+    let alloc = mballoc_ext4::engine::allocator_with(
+        &vol,
+        cfg.placement.tunables,
+        cfg.behaviour.stripe_units,
+        cfg.placement.policy.clone(),
+    )?;
     if trace.events.iter().any(|e| matches!(e, Event::BuddyLoad { .. })) {
         // Recorded from a fresh mount: start where the kernel started.
         alloc.unload_buddies(&mballoc_ext4::engine::block_uninit_groups(&vol));
     }
-    let mut t = alloc.tunables();
-    configure(&mut t);
-    alloc.set_tunables(t)?;
     let cluster_bits = vol.superblock().cluster_ratio().trailing_zeros();
-    replay(&trace, &alloc, base, cluster_bits)
+    replay(&trace, kernel, &alloc, base, cluster_bits)
 }
 
 /// Replay what `path` names: a recording's directory (`mballoc lab
@@ -366,31 +380,32 @@ pub fn replay_file(
 /// recorded kernel was), or a trace file, replayed on `image`. `settings`
 /// add to that: `ext4.*` say how the traced kernel ran (its `mb_*` knobs
 /// and `mb_optimize_scan` reach the engine's allocator), `engine.*` tune
-/// the engine's allocator to try something else.
+/// the engine's allocator to try something else. The trace was recorded
+/// on `kernel` (a recording's own kernel, else the running one, where
+/// `None`): its profile answers, and it names numbered passes.
 pub fn replay_path(
     path: &std::path::Path,
     image: Option<&std::path::Path>,
     dev: Option<(u32, u32)>,
+    kernel: Option<KernelVersion>,
     settings: &crate::settings::Settings,
 ) -> Result<ReplayReport, LabError> {
-    let (trace, image, mut ext4) = if path.is_dir() {
+    let (trace, image, mut ext4, recorded_on) = if path.is_dir() {
         let meta = super::record::RecordMeta::read(path)?;
         let image = image.map_or_else(|| path.join("image.qcow2"), std::path::Path::to_path_buf);
-        (path.join("trace"), image, meta.ext4())
+        (path.join("trace"), image, meta.ext4(), KernelVersion::from_release(&meta.kernel))
     } else {
         let image = image.ok_or_else(|| {
             LabError::Invalid(format!("{}: a trace file needs the image it started from", path.display()))
         })?;
-        (path.to_path_buf(), image.to_path_buf(), super::Ext4Config::default())
+        (path.to_path_buf(), image.to_path_buf(), super::Ext4Config::default(), None)
     };
+    let kernel = kernel.or(recorded_on).unwrap_or_else(super::engine_side::running_kernel);
     ext4.extend(&super::Ext4Config::from_settings(settings));
     let text = std::fs::read_to_string(&trace).map_err(|e| LabError::io(trace.display().to_string(), e))?;
-    replay_file(&text, dev, &image, |t| {
-        let mut cfg = mballoc_fs::FsConfig::kernel(mballoc::Geometry::new(4096, 1 << 20).expect("a scratch geometry"));
-        cfg.placement.tunables = *t;
-        ext4.apply_engine(&mut cfg);
-        settings.apply_keys(&mut cfg);
-        *t = cfg.placement.tunables;
+    replay_file(&text, dev, &image, kernel, |cfg| {
+        ext4.apply_engine(cfg);
+        settings.apply_keys(cfg);
     })
 }
 

@@ -513,7 +513,7 @@ fn running_kernel() -> (u32, u32) {
 /// The pass a trace's `cr` field names, by today's name. Kernels before
 /// 6.5 print the pass as a number: 0–3 for CR0, CR1, CR2, CR3 before
 /// 6.4, and 0–4 in 6.4, with CR1.5 (CR_BEST_AVAIL_LEN) third.
-fn pass_name(cr: &str, kernel: (u32, u32)) -> String {
+pub(crate) fn pass_name(cr: &str, kernel: (u32, u32)) -> String {
     let Ok(n) = cr.parse::<usize>() else { return cr.to_string() };
     let before_cr1_5 = ["CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE"];
     let with_cr1_5 = ["CR_POWER2_ALIGNED", "CR_GOAL_LEN_FAST", "CR_BEST_AVAIL_LEN", "CR_GOAL_LEN_SLOW", "CR_ANY_FREE"];

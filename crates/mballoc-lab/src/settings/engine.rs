@@ -101,6 +101,7 @@ mod tests {
             ("mb_best_avail_floor", "minimum"),
             ("linear_best_avail", "repeat"),
             ("order_lists", "linked"),
+            ("short_runs", "measure"),
             ("prealloc_table", "4 8 16 32"),
             ("stream_placement", "kernel"),
             ("concurrency", "legacy"),
