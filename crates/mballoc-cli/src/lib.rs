@@ -146,7 +146,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         commit: u64,
         /// Options as mount(8) gives them: commit=SECS, ro, noatime, relatime, strictatime, loop
-        /// (a volume file through a loop device, mounted as fuseblk), stats, uring (FUSE over io_uring where the kernel has it on), folio=SIZE, threads=N, busy_poll=MICROS,
+        /// (a volume file through a loop device, mounted as fuseblk), stats, uring (FUSE over io_uring where the kernel has it on), nosplice (copy large reads through a buffer), folio=SIZE, threads=N, busy_poll=MICROS,
         /// profile=default|kernel (they win over the flags above).
         #[arg(short = 'o', long = "options")]
         options: Option<String>,

@@ -14,11 +14,40 @@
 use crate::fuse::abi::{
     fattr, put_entry, Out, FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, OPEN_KILL_SUIDGID, WRITE_KILL_SUIDGID,
 };
+use crate::fuse::splice::{is_overflow, ReplyPipe};
 use crate::options::Atime;
 use crate::server::{errno, Caller, Done, VolumeFs, TTL};
 use crate::stat::file_attr;
 use mballoc_fs::{FallocateMode, FileId};
-use mballoc_vol::{Edit, Owner, SetId, VolError, FL_APPEND, FL_IMMUTABLE, S_IFDIR, S_IFMT, S_IFREG};
+use mballoc_vol::{Device, Edit, Owner, ReadSink, SetId, VolError, FL_APPEND, FL_IMMUTABLE, S_IFDIR, S_IFMT, S_IFREG};
+
+/// A read's bytes queued in the serving thread's pipe: the device's by
+/// reference, the rest (cached bytes, zeros) copied.
+struct PipeSink<'a> {
+    pipe: &'a mut ReplyPipe,
+    unique: u64,
+}
+
+impl ReadSink for PipeSink<'_> {
+    fn start(&mut self, len: usize) -> std::io::Result<()> {
+        self.pipe.begin(self.unique, len)
+    }
+
+    fn device(&mut self, dev: &dyn Device, offset: u64, len: usize) -> std::io::Result<()> {
+        match dev.fd() {
+            Some(fd) => self.pipe.splice_in(fd, offset, len),
+            None => {
+                let mut b = vec![0u8; len];
+                dev.read_at(offset, &mut b)?;
+                self.pipe.write_in(&b)
+            }
+        }
+    }
+
+    fn bytes(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.pipe.write_in(b)
+    }
+}
 
 /// File handles of `O_DIRECT` opens carry this bit.
 pub(crate) const DIRECT: u64 = 1;
@@ -173,13 +202,30 @@ impl VolumeFs {
     pub(crate) fn read(&self, ino: u64, fh: u64, offset: u64, size: u32, out: &mut Out) -> Done {
         let f = FileId(ino);
         let bs = u64::from(self.vol.superblock().block_size);
-        // The data buffer is reused from request to request, never zeroed
-        // again: the read fills what is sent.
-        let buf = out.data_mut(size as usize);
         let direct = fh & DIRECT != 0 && aligned(offset, u64::from(size), bs);
-        let r = if direct { self.vol.read_direct(f, offset, buf) } else { self.vol.read(f, offset, buf) };
-        let n = r.map_err(|e| errno(&e))?;
-        out.keep_data(n);
+        let pipe = if direct { None } else { out.pipe_for(size as usize) };
+        let spliced = match pipe {
+            Some((pipe, unique)) => match self.vol.read_to(f, offset, size as usize, &mut PipeSink { pipe, unique }) {
+                Ok(_) => true,
+                Err(e) => {
+                    out.unpipe();
+                    if !is_overflow(&e) {
+                        return Err(errno(&e));
+                    }
+                    // Too many pieces for the pipe: from a buffer, below.
+                    false
+                }
+            },
+            None => false,
+        };
+        if !spliced {
+            // The data buffer is reused from request to request, never
+            // zeroed again: the read fills what is sent.
+            let buf = out.data_mut(size as usize);
+            let r = if direct { self.vol.read_direct(f, offset, buf) } else { self.vol.read(f, offset, buf) };
+            let n = r.map_err(|e| errno(&e))?;
+            out.keep_data(n);
+        }
         let noted = match if self.vfs.read_only() { Atime::NoAtime } else { self.vfs.atime() } {
             Atime::Relatime => self.vol.note_access(f),
             Atime::Strict => self.vol.note_access_as(f, mballoc_vol::AccessTime::Strict),

@@ -187,6 +187,9 @@ pub fn serve(args: &MountArgs) -> Result<()> {
         // mounts; a user's mount cannot have them.
         devices: root,
         atime: c.atime,
+        // Spliced replies are whole in one pipe: reads no larger than
+        // half of what a pipe may hold here.
+        max_read: (c.splice && !c.uring).then(fuse::splice::largest_reply).flatten(),
     };
     let mut fs = server::VolumeFs::new(vol.clone(), c.atime, c.read_only);
     fs.mount_dir = Some(args.dir.clone());
@@ -217,7 +220,7 @@ pub fn serve(args: &MountArgs) -> Result<()> {
     });
     let served = fuse::session::serve(
         ch,
-        fuse::session::Pool { threads: c.threads, busy_poll: c.busy_poll, uring: c.uring },
+        fuse::session::Pool { threads: c.threads, busy_poll: c.busy_poll, uring: c.uring, splice: c.splice },
         server::VolumeFs::wanted(),
         &fs,
         &stats,

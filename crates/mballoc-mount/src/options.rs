@@ -66,6 +66,10 @@ pub struct MountConfig {
     /// Linux 6.14 on with the fuse module's `enable_uring` on), else
     /// through `/dev/fuse` alone.
     pub uring: bool,
+    /// Answer large reads through a pipe the device's pages are spliced
+    /// into (`splice`, the default; `nosplice` copies them through a
+    /// buffer), over `/dev/fuse` (fuse/splice.rs).
+    pub splice: bool,
     /// Longest time written data stays volatile without an fsync (ext4's
     /// `commit=`, default 5 s); zero: only fsync and unmount commit.
     pub commit: Duration,
@@ -92,6 +96,7 @@ impl Default for MountConfig {
             threads: default_threads(),
             busy_poll: DEFAULT_BUSY_POLL,
             uring: false,
+            splice: true,
             commit: Duration::from_secs(5),
             read_only: false,
             atime: Atime::Relatime,
@@ -135,6 +140,8 @@ impl MountConfig {
                 "loop" => self.loop_device = true,
                 "stats" => self.stats = true,
                 "uring" => self.uring = true,
+                "splice" => self.splice = true,
+                "nosplice" => self.splice = false,
                 "folio" => self.folio = parse_size(need()?).context("folio=")?,
                 "threads" => {
                     self.threads = need()?.parse().context("threads=: a count")?;
@@ -162,7 +169,7 @@ impl MountConfig {
                 }
                 k => bail!(
                     "unknown mount option {k:?}; known: commit=SECS, ro, noatime, relatime, strictatime, \
-                     loop, stats, uring, folio=SIZE, threads=N, busy_poll=MICROS, profile=default|kernel, cache_bytes=N, dirty_bytes=N, \
+                     loop, stats, uring, nosplice, folio=SIZE, threads=N, busy_poll=MICROS, profile=default|kernel, cache_bytes=N, dirty_bytes=N, \
                      and the engine's settings (mb_max_to_scan=N, ...: `mballoc lab settings` lists them)"
                 ),
             }
@@ -196,6 +203,9 @@ impl MountConfig {
         }
         if self.uring {
             v.push("uring".into());
+        }
+        if !self.splice {
+            v.push("nosplice".into());
         }
         v.extend(self.settings.iter().cloned());
         v.join(",")

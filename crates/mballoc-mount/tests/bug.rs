@@ -8,26 +8,12 @@
 //! `user.mballoc.inject-bug` panics inside the server). Needs root and
 //! /dev/fuse; skipped with one line otherwise.
 
-use mballoc_mount::{MountArgs, MountConfig};
+mod common;
+
+use mballoc_mount::MountConfig;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-fn ready() -> Result<(), String> {
-    if !nix_is_root() {
-        return Err("needs root".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("no /dev/fuse".into());
-    }
-    Ok(())
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")))
-}
 
 fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     let p = CString::new(path.as_os_str().as_bytes()).expect("no NUL in the path");
@@ -42,21 +28,9 @@ fn setxattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
     }
 }
 
-fn serve(vol: &Path, mnt: &Path) -> std::thread::JoinHandle<anyhow::Result<()>> {
-    let args = MountArgs { volume: vol.to_path_buf(), dir: mnt.to_path_buf(), config: MountConfig::default() };
-    let server = std::thread::spawn(move || mballoc_mount::serve(&args));
-    let t0 = Instant::now();
-    while !mballoc_mount::is_mounted(mnt).unwrap_or(false) {
-        assert!(!server.is_finished(), "the server ended before mounting");
-        assert!(t0.elapsed() < Duration::from_secs(20), "not mounted after 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    server
-}
-
 #[test]
 fn a_bug_in_one_request_stops_changes_and_keeps_the_mount_and_what_was_committed() {
-    if let Err(why) = ready() {
+    if let Err(why) = common::can_mount() {
         eprintln!("skipped a_bug_in_one_request_stops_changes_and_keeps_the_mount_and_what_was_committed: {why}");
         return;
     }
@@ -64,7 +38,7 @@ fn a_bug_in_one_request_stops_changes_and_keeps_the_mount_and_what_was_committed
     let (vol, mnt) = (s.join("vol"), s.mount_point());
     mballoc_vol::mkfs(&vol, Some(256 << 20), &Default::default(), mballoc_vol::Overwrite::Refuse).unwrap();
 
-    let server = serve(&vol, &mnt);
+    let server = common::serve(&vol, &mnt, MountConfig::default());
     let kept = mnt.join("kept");
     std::fs::write(&kept, b"committed before the bug").unwrap();
     std::fs::File::open(&kept).unwrap().sync_all().unwrap();
@@ -89,7 +63,7 @@ fn a_bug_in_one_request_stops_changes_and_keeps_the_mount_and_what_was_committed
     drop(dev);
 
     // The next mount has everything committed before the bug.
-    let server = serve(&vol, &mnt);
+    let server = common::serve(&vol, &mnt, MountConfig::default());
     assert_eq!(std::fs::read(&kept).unwrap(), b"committed before the bug");
     assert!(!mnt.join("after").exists());
     std::fs::write(mnt.join("again"), b"changes work again").unwrap();

@@ -10,19 +10,16 @@
 //! Needs root, loop devices, mkfs.ext4, /dev/fuse, fusermount3 and
 //! python3; skipped with one line otherwise.
 
-use mballoc_mount::{MountArgs, MountConfig};
+mod common;
+
+use mballoc_mount::MountConfig;
 use mballoc_testkit::Scratch;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn ready() -> Result<(), String> {
-    if !Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n")) {
-        return Err("needs root".into());
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err("no /dev/fuse".into());
-    }
+    common::can_mount()?;
     for tool in [["fusermount3", "-V"], ["mkfs.ext4", "-V"], ["python3", "--version"], ["getfacl", "--version"]] {
         if Command::new(tool[0]).arg(tool[1]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
             return Err(format!("no {}", tool[0]));
@@ -63,14 +60,7 @@ fn on_mballoc(config: MountConfig) -> (Vec<String>, bool) {
     let opts = mballoc_vol::FormatOptions::default();
     mballoc_vol::mkfs(&vol, Some(512 << 20), &opts, mballoc_vol::Overwrite::Refuse).unwrap();
     let mnt = s.mount_point();
-    let args = MountArgs { volume: vol.clone(), dir: mnt.clone(), config };
-    let server = std::thread::spawn(move || mballoc_mount::serve(&args));
-    let t0 = Instant::now();
-    while !mballoc_mount::is_mounted(&mnt).unwrap_or(false) {
-        assert!(!server.is_finished(), "the server ended before mounting");
-        assert!(t0.elapsed() < Duration::from_secs(20), "not mounted after 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let server = common::serve(&vol, &mnt, config);
     let lines = run_checks(&mnt);
     let over_uring = std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
         let comm = std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap_or_default();

@@ -201,67 +201,6 @@ impl Volume {
         }
     }
 
-    /// Read up to `buf.len()` bytes at `offset`; returns how many (fewer at
-    /// the end of the file).
-    pub fn read(&self, f: FileId, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let cache = self.cache_of(f);
-        let mut fc = cache.lock();
-        let size = self.fs.size(f)?;
-        if offset >= size {
-            return Ok(0);
-        }
-        let len = buf.len().min((size - offset) as usize);
-        let fsz = u64::from(self.opts.folio_size);
-        let mut at = 0;
-        while at < len {
-            let pos = offset + at as u64;
-            let idx = pos / fsz;
-            let in_folio = (pos % fsz) as usize;
-            let n = (fsz as usize - in_folio).min(len - at);
-            match fc.folios.get(&idx) {
-                Some(folio) => folio.read(in_folio..in_folio + n, &mut buf[at..at + n]),
-                // Nothing cached means nothing dirty: read the device
-                // straight into the caller's buffer, without a folio to
-                // fill and copy (a kernel above keeps its own page cache).
-                None => self.read_uncached(f, pos, &mut buf[at..at + n])?,
-            }
-            at += n;
-        }
-        if self.cached.load(Ordering::Acquire) > self.opts.cache_bytes {
-            let dropped = fc.drop_clean();
-            self.cached.fetch_sub(dropped, Ordering::AcqRel);
-        }
-        Ok(len)
-    }
-
-    /// Bytes at `pos` as the device holds them: written extents read,
-    /// everything else (holes, unwritten extents) zero.
-    fn read_uncached(&self, f: FileId, pos: u64, buf: &mut [u8]) -> Result<()> {
-        let bs = self.block_size();
-        let end = pos + buf.len() as u64;
-        // Every byte is written once: read where an extent is written,
-        // zeroed between (the buffer may hold anything: a reused one).
-        let mut filled = pos;
-        for e in self.fs.lookup(f, pos / bs, end.div_ceil(bs))? {
-            if e.state != ExtentState::Written {
-                continue;
-            }
-            let a = (e.logical * bs).max(pos);
-            let b = (e.logical_end() * bs).min(end);
-            if a >= b {
-                continue;
-            }
-            debug_assert!(a >= filled, "extents come in order and do not overlap");
-            buf[(filled - pos) as usize..(a - pos) as usize].fill(0);
-            let dev_at = e.physical_of(a / bs) * bs + a % bs;
-            let dst = &mut buf[(a - pos) as usize..(b - pos) as usize];
-            self.dev.read_at(dev_at, dst).map_err(|e| VolError::io(format!("reading block {}", dev_at / bs), e))?;
-            filled = b;
-        }
-        buf[(filled - pos) as usize..].fill(0);
-        Ok(())
-    }
-
     /// Zero `[from, to)` inside one block of the cache; if the block holds
     /// data (mapped, or dirty), mark it dirty so the zeroes reach the
     /// device.

@@ -89,7 +89,9 @@ impl Folio {
         &self.data[r]
     }
 
-    /// Copy bytes `r` into `dst` (zeroes where nothing was kept).
+    /// Copy bytes `r` into `dst` (zeroes where nothing was kept); reads
+    /// take [`Folio::slice`] and [`Folio::kept`] instead.
+    #[cfg(test)]
     pub fn read(&self, r: std::ops::Range<usize>, dst: &mut [u8]) {
         assert!(r.start <= r.end && r.end <= self.size, "{r:?} inside a folio of {} bytes", self.size);
         assert_eq!(dst.len(), r.len(), "a destination as long as the range");

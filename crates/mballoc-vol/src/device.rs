@@ -31,6 +31,13 @@ pub trait Device: Send + Sync {
         let _ = (offset, len);
         Ok(false)
     }
+    /// The descriptor reads may move pages from by reference (splice(2)),
+    /// where the device is one and nothing stands between it and the
+    /// bytes (a device that injects faults or simulates crashes has none,
+    /// so every read goes through [`Device::read_at`]).
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
     /// Who holds this device open as a mounted volume, where the device
     /// keeps count (a second read-write mount through the same handle is
     /// then refused, as a second open of the same path is).
@@ -234,6 +241,11 @@ impl Device for FileDevice {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
+    }
+
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.file.as_fd())
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {

@@ -260,17 +260,76 @@ pub struct Out {
     /// megabyte (a sixth of the server's time on cold sequential reads).
     data: Vec<u8>,
     data_len: usize,
+    /// The serving thread's pipe (`/dev/fuse` only), the request being
+    /// answered, and whether the reply is queued in the pipe instead.
+    pipe: Option<super::splice::ReplyPipe>,
+    unique: u64,
+    piped: bool,
 }
+
+/// Reads shorter than this are answered from a buffer: splicing costs
+/// more system calls, which only a large reply's saved copy pays for.
+pub const SPLICE_MIN: usize = 64 << 10;
 
 impl Out {
     pub fn with_capacity(n: usize) -> Out {
-        Out { bytes: Vec::with_capacity(n), data: Vec::new(), data_len: 0 }
+        Out { bytes: Vec::with_capacity(n), ..Out::default() }
     }
 
     /// Empty, for the next request (the data buffer keeps its memory).
     pub fn clear(&mut self) {
+        assert!(!self.piped, "a spliced reply was sent or thrown away before the next request");
         self.bytes.clear();
         self.data_len = 0;
+    }
+
+    /// Empty, for request `unique`.
+    pub fn clear_for(&mut self, unique: u64) {
+        self.clear();
+        self.unique = unique;
+    }
+
+    /// Give this thread's replies a pipe to splice large reads through.
+    pub fn set_pipe(&mut self, pipe: super::splice::ReplyPipe) {
+        self.pipe = Some(pipe);
+    }
+
+    /// The pipe to queue a reply of `n` data bytes in, and the request's
+    /// unique: where there is a pipe, the reply is large enough to gain
+    /// and small enough to fit. The reply is then the pipe's (see
+    /// [`Out::piped`]) until [`Out::unpipe`].
+    pub fn pipe_for(&mut self, n: usize) -> Option<(&mut super::splice::ReplyPipe, u64)> {
+        let pipe = self.pipe.as_mut()?;
+        // A slot for the header, and one for a piece's partial page.
+        if n < SPLICE_MIN || n + 2 * 4096 > pipe.capacity() {
+            return None;
+        }
+        self.piped = true;
+        Some((pipe, self.unique))
+    }
+
+    /// The pipe holding this request's reply, if it was queued there.
+    pub fn piped(&mut self) -> Option<&mut super::splice::ReplyPipe> {
+        if self.piped {
+            self.pipe.as_mut()
+        } else {
+            None
+        }
+    }
+
+    /// The reply is not the pipe's after all: what it queued is thrown
+    /// away.
+    pub fn unpipe(&mut self) {
+        if let Some(p) = self.pipe.as_mut().filter(|_| self.piped) {
+            p.discard();
+        }
+        self.piped = false;
+    }
+
+    /// Sent: the next request may queue in the pipe again.
+    pub fn pipe_sent(&mut self) {
+        debug_assert!(self.pipe.as_ref().is_none_or(|p| p.queued() == 0), "a sent pipe is empty");
+        self.piped = false;
     }
 
     /// `n` bytes of data to fill (whatever an earlier reply left there);
@@ -309,7 +368,10 @@ impl Out {
 
     /// Bytes in the reply's body.
     pub fn len(&self) -> usize {
-        self.bytes.len() + self.data_len
+        match self.pipe.as_ref().filter(|_| self.piped) {
+            Some(p) => p.queued().saturating_sub(OUT_HEADER),
+            None => self.bytes.len() + self.data_len,
+        }
     }
 
     pub fn u16(&mut self, v: u16) -> &mut Out {

@@ -9,14 +9,16 @@
 //! freedom to answer a request that hit a bug with EIO instead of losing
 //! the thread. The protocol is small and documented in
 //! `include/uapi/linux/fuse.h`; this module is its reader and writer
-//! (`abi`, `request`), the connection (`channel`), mounting (`mount`) and
-//! the serving threads (`session`).
+//! (`abi`, `request`), the connection (`channel`), mounting (`mount`),
+//! the serving threads (`session`) and replies spliced through a pipe
+//! (`splice`).
 
 pub mod abi;
 pub mod channel;
 pub mod mount;
 pub mod request;
 pub mod session;
+pub mod splice;
 pub mod stats;
 mod sys;
 pub mod uring;

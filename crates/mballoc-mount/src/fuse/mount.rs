@@ -34,6 +34,13 @@ pub struct MountSpec<'a> {
     pub devices: bool,
     /// The access-time flag the VFS shows (the server follows it).
     pub atime: crate::options::Atime,
+    /// The largest READ the kernel may send, where the server needs it
+    /// smaller than `max_write` (replies spliced through a pipe).
+    pub max_read: Option<u32>,
+}
+
+fn max_read_option(spec: &MountSpec<'_>) -> String {
+    spec.max_read.map_or(String::new(), |n| format!(",max_read={n}"))
 }
 
 /// Mount `spec` and return the connection the kernel will send its
@@ -56,10 +63,11 @@ fn mount_directly(spec: &MountSpec<'_>) -> Result<Channel> {
         None => ("fuse", String::new()),
     };
     let data = format!(
-        "fd={},rootmode=40000,user_id={},group_id={},default_permissions,allow_other{extra}",
+        "fd={},rootmode=40000,user_id={},group_id={},default_permissions,allow_other{max_read}{extra}",
         ch.file().as_raw_fd(),
         nix::unistd::getuid(),
         nix::unistd::getgid(),
+        max_read = max_read_option(spec),
     );
     let mut flags = MsFlags::empty();
     if !spec.devices {
@@ -99,6 +107,7 @@ fn mount_with_fusermount(spec: &MountSpec<'_>) -> Result<Channel> {
     if spec.read_only {
         opts.push_str(",ro");
     }
+    opts.push_str(&max_read_option(spec));
     opts.push_str(match spec.atime {
         Atime::Relatime => ",relatime",
         Atime::NoAtime => ",noatime",

@@ -74,6 +74,8 @@ pub struct Pool {
     /// Take requests over io_uring too, if the kernel offers it (a thread
     /// per CPU beside `threads`; `uring`).
     pub uring: bool,
+    /// Splice large READ replies through a pipe per thread (`splice`).
+    pub splice: bool,
 }
 
 /// Shake hands on `ch` and serve with `pool` until the file system is
@@ -113,7 +115,7 @@ pub fn serve(ch: Channel, pool: Pool, mut wanted: Wanted, handler: &dyn Handler,
             .map(|(i, ch)| {
                 std::thread::Builder::new()
                     .name(format!("mballoc-fuse-{i}"))
-                    .spawn_scoped(s, move || worker(ch, buf_len, setxattr_ext, busy, handler, stats))
+                    .spawn_scoped(s, move || worker(ch, buf_len, setxattr_ext, pool.splice, busy, handler, stats))
                     .context("starting a FUSE thread")
             })
             .collect();
@@ -203,12 +205,20 @@ fn worker(
     ch: &Channel,
     buf_len: usize,
     setxattr_ext: bool,
+    splice: bool,
     busy: &BusyPoll,
     handler: &dyn Handler,
     stats: &RequestStats,
 ) -> Result<()> {
     let mut buf = vec![0u8; buf_len];
     let mut out = Out::with_capacity(4096);
+    // A thread without a pipe answers every read from a buffer.
+    if splice {
+        match super::splice::ReplyPipe::new(super::splice::PIPE_BYTES) {
+            Ok(p) => out.set_pipe(p),
+            Err(e) => eprintln!("mballoc mount: no pipe to splice reads through ({e}); reads are copied"),
+        }
+    }
     loop {
         let n = match ch.receive(&mut buf, busy).context("reading a FUSE request")? {
             Received::Request(n) => n,
@@ -227,9 +237,12 @@ fn worker(
             }
         };
         let h = req.header;
-        out.clear();
+        out.clear_for(h.unique);
         let t0 = std::time::Instant::now();
         let answer = answer(handler, &h, req.op, &mut out);
+        if !matches!(answer, Answer::Reply) {
+            out.unpipe();
+        }
         let (failed, sent) = match answer {
             Answer::Reply => (false, out.len()),
             Answer::Error(_) => (true, 0),
@@ -237,7 +250,13 @@ fn worker(
         };
         stats.record(h.opcode, n, sent, failed, t0.elapsed());
         match answer {
-            Answer::Reply => ch.reply(h.unique, 0, &out.body())?,
+            Answer::Reply => match out.piped() {
+                Some(pipe) => {
+                    pipe.send(ch.file())?;
+                    out.pipe_sent();
+                }
+                None => ch.reply(h.unique, 0, &out.body())?,
+            },
             Answer::Error(e) => ch.reply(h.unique, -e, &[])?,
             Answer::Silent => {}
         }
