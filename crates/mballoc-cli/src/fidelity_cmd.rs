@@ -50,6 +50,30 @@ pub struct FidelityArgs {
     /// OUT/shard-I-of-N.json, for `lab merge`.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
+    /// Run on that kernel: `host`, or a Debian kernel booted under qemu
+    /// with this `mballoc` inside (a series such as 6.1, an ABI, or
+    /// SUITE:VERSION; the same as `lab kernels run KERNEL -- lab fidelity
+    /// ...`, `--keep`'s directory brought back). The built-in cases only:
+    /// the guest sees no file of this machine.
+    #[arg(long, value_name = "KERNEL")]
+    pub kernel: Option<String>,
+}
+
+/// This command line again without `--kernel`, for the guest.
+fn without_kernel_flag(argv: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for a in argv {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        if a == "--kernel" {
+            skip_value = true;
+        } else if !a.starts_with("--kernel=") {
+            out.push(a);
+        }
+    }
+    out
 }
 
 /// What came of one case.
@@ -86,6 +110,22 @@ pub struct FidelityShard {
 pub fn run(args: &FidelityArgs) -> Result<()> {
     let (quick, json, require, out, keep) = (args.quick, args.json, args.require, &args.out, args.keep.as_deref());
     anyhow::ensure!((0.0..=100.0).contains(&require), "--require {require}: a percentage from 0 to 100");
+    if let Some(kernel) = args.kernel.clone().filter(|k| k != "host") {
+        anyhow::ensure!(
+            args.workloads.is_empty(),
+            "--kernel runs the built-in cases only (the guest sees no file here)"
+        );
+        // argv: mballoc lab fidelity ...; the guest runs `mballoc` with the rest.
+        let argv = without_kernel_flag(std::env::args().skip(1));
+        return crate::kernels_cmd::run(crate::kernels_cmd::KernelsCmd::Run {
+            kernel,
+            cpus: None,
+            memory: 3072,
+            timeout: 1800,
+            bring: keep.map(|k| k.display().to_string()),
+            args: argv,
+        });
+    }
     use mballoc_lab::fidelity::{self, Ext4Config};
     let over = mballoc_lab::settings::Settings::from_assignments(&args.set)?;
     // Refused before anything runs, root or not.
@@ -315,4 +355,16 @@ pub(crate) fn cases_of(
             .collect::<Result<_>>()?
     };
     Ok((cases, expanded))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_guest_gets_the_command_line_without_the_kernel() {
+        let argv = ["lab", "fidelity", "--kernel", "6.1", "--quick", "--kernel=7.3", "--require", "0"];
+        assert_eq!(
+            super::without_kernel_flag(argv.iter().map(|s| s.to_string())),
+            ["lab", "fidelity", "--quick", "--require", "0"]
+        );
+    }
 }

@@ -317,7 +317,7 @@ fn check_dx_csum(seed: u32, raw: &[u8], root: bool) -> std::result::Result<(), S
 }
 
 /// Decode `rec_len` (64 KiB blocks store 65536 in 16 bits specially).
-fn rec_len(raw: u16, block_size: usize) -> usize {
+pub(crate) fn rec_len(raw: u16, block_size: usize) -> usize {
     let len = usize::from(raw);
     if block_size < 65536 {
         len

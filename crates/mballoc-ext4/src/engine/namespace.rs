@@ -84,9 +84,6 @@ fn layout<S: BlockSource>(vol: &Ext4Volume<S>, e: &Entry, format: DirFormat) -> 
     if e.inode.is_indexed() {
         return Err("an indexed directory on the image (its index is not read)".into());
     }
-    if format.block_size >= 65536 {
-        return Err("64 KiB directory blocks".into());
-    }
     let bs = u64::from(format.block_size);
     let region = format.block_size as usize - if format.checksums { 12 } else { 0 };
     let filetype = vol.superblock().has_incompat(incompat::FILETYPE);
@@ -105,7 +102,7 @@ fn layout<S: BlockSource>(vol: &Ext4Volume<S>, e: &Entry, format: DirFormat) -> 
             if pos + 8 > region {
                 return Err(format!("block {l}: a record header at byte {pos} runs past the entries"));
             }
-            let len = usize::from(le16(&raw, pos + 4));
+            let len = crate::directory::rec_len(le16(&raw, pos + 4), format.block_size as usize);
             let name_len = if filetype { usize::from(raw[pos + 6]) } else { usize::from(le16(&raw, pos + 6)) };
             let live = le32(&raw, pos) != 0;
             if len < 8 || pos + len > region || (live && 8 + name_len > len) {
