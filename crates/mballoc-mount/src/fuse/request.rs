@@ -206,6 +206,17 @@ pub enum BadRequest {
     Arguments(Header),
 }
 
+impl std::fmt::Display for BadRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadRequest::Framing => f.write_str("not a FUSE request"),
+            BadRequest::Arguments(h) => {
+                write!(f, "request {} (opcode {}) has malformed arguments; answered EIO", h.unique, h.opcode)
+            }
+        }
+    }
+}
+
 const GETATTR_FH: u32 = 1;
 
 impl<'a> Request<'a> {

@@ -226,13 +226,11 @@ fn worker(
         };
         let req = match Request::parse(&buf[..n], setxattr_ext) {
             Ok(r) => r,
-            Err(BadRequest::Arguments(h)) => {
-                eprintln!("mballoc mount: request {} (opcode {}) has malformed arguments", h.unique, h.opcode);
-                ch.reply(h.unique, -libc::EIO, &[])?;
-                continue;
-            }
-            Err(BadRequest::Framing) => {
-                eprintln!("mballoc mount: a {n}-byte read is not a FUSE request");
+            Err(bad) => {
+                eprintln!("mballoc mount: a {n}-byte read: {bad}");
+                if let BadRequest::Arguments(h) = bad {
+                    ch.reply(h.unique, -libc::EIO, &[])?;
+                }
                 continue;
             }
         };

@@ -256,14 +256,15 @@ fn serve_entry(e: &mut Entry, out: &mut Out, setxattr_ext: bool, handler: &dyn H
             let h = req.header;
             (h, answer(handler, &h, req.op, out))
         }
-        Err(BadRequest::Arguments(h)) => {
-            eprintln!("mballoc mount: request {} (opcode {}) has malformed arguments", h.unique, h.opcode);
-            return reply_header(e, h.unique, -libc::EIO, 0);
-        }
-        Err(BadRequest::Framing) => {
-            // Nothing to answer to; the entry still goes back.
-            eprintln!("mballoc mount: an io_uring entry holds no FUSE request");
-            return reply_header(e, 0, -libc::EIO, 0);
+        Err(bad) => {
+            eprintln!("mballoc mount: an io_uring entry: {bad}");
+            // With no header there is nothing to answer to; the entry
+            // still goes back.
+            let unique = match bad {
+                BadRequest::Arguments(h) => h.unique,
+                BadRequest::Framing => 0,
+            };
+            return reply_header(e, unique, -libc::EIO, 0);
         }
     };
     stats.record(h.opcode, h.len as usize, out.len(), matches!(a, Answer::Error(_)), t0.elapsed());
