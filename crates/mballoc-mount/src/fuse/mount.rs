@@ -108,8 +108,10 @@ fn mount_with_fusermount(spec: &MountSpec<'_>) -> Result<Channel> {
         opts.push_str(",ro");
     }
     opts.push_str(&max_read_option(spec));
+    // relatime is what a new mount gets anyway; fusermount3 before 3.15
+    // refuses the word ("unknown option").
     opts.push_str(match spec.atime {
-        Atime::Relatime => ",relatime",
+        Atime::Relatime => "",
         Atime::NoAtime => ",noatime",
         Atime::Strict => ",strictatime",
     });
