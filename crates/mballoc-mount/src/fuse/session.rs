@@ -11,7 +11,7 @@
 use super::abi::{init, Out, KERNEL_MINOR, KERNEL_VERSION};
 use super::channel::{BusyPoll, Channel, Received};
 use super::request::{BadRequest, Header, Op, Request};
-use super::stats::RequestStats;
+use super::stats::{RequestStats, Transport};
 use anyhow::{Context, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -246,12 +246,13 @@ fn worker(
             Answer::Error(_) => (true, 0),
             Answer::Silent => (false, 0),
         };
-        stats.record(h.opcode, n, sent, failed, t0.elapsed());
+        stats.record(Transport::DevFuse, h.opcode, n, sent, failed, t0.elapsed());
         match answer {
             Answer::Reply => match out.piped() {
                 Some(pipe) => {
                     pipe.send(ch.file())?;
                     out.pipe_sent();
+                    stats.spliced();
                 }
                 None => ch.reply(h.unique, 0, &out.body())?,
             },

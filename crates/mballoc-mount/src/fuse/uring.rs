@@ -33,7 +33,7 @@
 use super::abi::{Out, OUT_HEADER};
 use super::request::{BadRequest, Op, Request};
 use super::session::{answer, Answer, Handler};
-use super::stats::RequestStats;
+use super::stats::{RequestStats, Transport};
 use anyhow::{Context, Result};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::fs::File;
@@ -249,7 +249,14 @@ fn serve_entry(e: &mut Entry, out: &mut Out, setxattr_ext: bool, handler: &dyn H
                 e.payload.copy_within(..n, fields);
                 e.payload[..fields].copy_from_slice(&out.bytes);
             }
-            stats.record(h.opcode, h.len as usize, fields + n, matches!(a, Answer::Error(_)), t0.elapsed());
+            stats.record(
+                Transport::Uring,
+                h.opcode,
+                h.len as usize,
+                fields + n,
+                matches!(a, Answer::Error(_)),
+                t0.elapsed(),
+            );
             return finish(e, h.unique, a, fields + n);
         }
         Ok(req) => {
@@ -267,7 +274,7 @@ fn serve_entry(e: &mut Entry, out: &mut Out, setxattr_ext: bool, handler: &dyn H
             return reply_header(e, unique, -libc::EIO, 0);
         }
     };
-    stats.record(h.opcode, h.len as usize, out.len(), matches!(a, Answer::Error(_)), t0.elapsed());
+    stats.record(Transport::Uring, h.opcode, h.len as usize, out.len(), matches!(a, Answer::Error(_)), t0.elapsed());
     let mut len = 0;
     if matches!(a, Answer::Reply) {
         for part in out.body() {
