@@ -11,12 +11,23 @@
 //!   scan groups linearly from the goal in every pass.
 //! * **before 6.4**: no CR_BEST_AVAIL_LEN. The CR1.5 series (Ojaswin
 //!   Mujoo, "ext4: Add allocation criteria 1.5 (CR1_5)", merged in 6.4)
-//!   added the pass between CR_GOAL_LEN_FAST and CR_GOAL_LEN_SLOW.
+//!   added the pass between CR_GOAL_LEN_FAST and CR_GOAL_LEN_SLOW, and
+//!   ("ext4: Avoid scanning smaller extents in BG during CR1") made
+//!   CR_GOAL_LEN_FAST step over free runs shorter than the goal; before,
+//!   it measured them too ([`mballoc::ShortRuns::Measure`]).
 //! * **before 6.5**: the RAID stripe counted in clusters. Kemeng Shi's
 //!   "ext4: treat stripe in block unit" (6.5) converts the stripe, given
 //!   in blocks, to clusters where mballoc compares it with lengths; before,
 //!   a bigalloc volume took its block count as clusters
 //!   ([`crate::StripeUnits::BlocksAsClusters`]).
+//! * **before 6.15**: a punch past the size reached the end of the page
+//!   holding the first byte past it, so a size on a page boundary lost
+//!   one page more (Zhang Yi's "ext4: refactor ext4_punch_hole()" cuts
+//!   at `round_up(i_size, PAGE_SIZE)`; Debian's 6.12.117 has it too;
+//!   [`crate::PunchBehaviour::Ext4PageAfterSize`]).
+//! * **before 6.16**: folios of one page for regular files ("ext4: enable
+//!   large folio for regular file", 6.16): after a short allocation
+//!   writeback asks for the rest of its delayed run, not of a 2 MiB folio.
 //! * **before 6.17**: linked order lists. Baokun Li's "ext4: convert free
 //!   groups order lists to xarrays" (6.17) keeps each order's groups by
 //!   group number and walks them from the start group; before, a group
@@ -88,6 +99,9 @@ pub enum KernelRule {
     /// The cheap passes step over free runs shorter than the goal (6.4,
     /// the same series); before, they measured them.
     SkipShortRuns,
+    /// The stripe converted from blocks to clusters (6.5); before, its
+    /// block count taken as clusters.
+    StripeInBlocks,
     /// A punch past the size ends at the page holding the size's last byte
     /// (6.15, and 6.12 stable); before, at the page after it when the size
     /// is on a page boundary.
@@ -101,9 +115,6 @@ pub enum KernelRule {
     /// The order lists kept by group number (6.17, and 6.12 stable);
     /// before, linked lists.
     OrderXarrays,
-    /// The stripe converted from blocks to clusters (6.5); before, its
-    /// block count taken as clusters.
-    StripeInBlocks,
 }
 
 impl KernelRule {
