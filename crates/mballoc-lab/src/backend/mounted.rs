@@ -175,8 +175,11 @@ pub fn start_mount_server(
         if let Ok(Some(status)) = child.try_wait() {
             // A volume mounted already is bound at the new place and its
             // process exits at once: the mount may have appeared between
-            // the check above and the exit.
-            if status.success() && mounted() {
+            // the check above and the exit. A read of the mount table is
+            // not atomic while other mounts change (it takes several
+            // reads), so a mount that exists can be missed once: asked
+            // again for a while before the exit counts as a failure.
+            if status.success() && seen_within(&mounted, Duration::from_secs(1)) {
                 break Ok(());
             }
             let msg = std::fs::read_to_string(log).unwrap_or_default();
@@ -191,6 +194,20 @@ pub fn start_mount_server(
     };
     let _ = std::fs::remove_file(log);
     result.map(|()| child)
+}
+
+/// Whether `mounted` says yes, asked every 20 ms until `limit`.
+fn seen_within(mounted: &impl Fn() -> bool, limit: Duration) -> bool {
+    let t0 = Instant::now();
+    loop {
+        if mounted() {
+            return true;
+        }
+        if t0.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn is_mounted(dir: &Path) -> bool {
