@@ -13,16 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPEATS=${1:-3}
-cargo build --release -q -p mballoc-cli
-M=$PWD/target/release/mballoc
-W=$(mktemp -d /dev/shm/mballoc-bench-data.XXXXXX)
-cleanup() {
-    fusermount3 -u -z "$W/mnt" 2>/dev/null || true
-    umount "$W/mnt" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT INT TERM
-mkdir -p "$W/mnt"
+. scripts/bench-mount-workdir.sh bench-data
 
 mount_fs() { # engine|ext4 [fresh]
     if [ "${2:-}" = fresh ]; then

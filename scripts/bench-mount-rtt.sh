@@ -11,16 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CALLS=${1:-100000}
-cargo build --release -q -p mballoc-cli
-M=$PWD/target/release/mballoc
-W=$(mktemp -d /dev/shm/mballoc-rtt.XXXXXX)
-cleanup() {
-    fusermount3 -u -z "$W/mnt" 2>/dev/null || true
-    umount "$W/mnt" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT INT TERM
-mkdir -p "$W/mnt"
+. scripts/bench-mount-workdir.sh rtt
 gcc -O2 -o "$W/round-trip" scripts/round-trip.c
 "$M" mkfs "$W/img" --size 1G >/dev/null
 runs() { # label

@@ -14,16 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPEATS=${1:-3}
 F2C=${2:-../shared/anchors/fallocate2.c}
-cargo build --release -q -p mballoc-cli
-M=$PWD/target/release/mballoc
-W=$(mktemp -d /dev/shm/mballoc-bench.XXXXXX)
-cleanup() {
-    fusermount3 -u -z "$W/mnt" 2>/dev/null || true
-    umount "$W/mnt" 2>/dev/null || true
-    rm -rf "$W"
-}
-trap cleanup EXIT INT TERM
-mkdir -p "$W/mnt"
+. scripts/bench-mount-workdir.sh bench
 if [ -f "$F2C" ]; then gcc -O2 -o "$W/fallocate2" "$F2C"; fi
 
 mount_fs() { # engine|ext4
